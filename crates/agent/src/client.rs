@@ -1,0 +1,126 @@
+//! HTTP client of the server's agent API (docs/api.md). The agent always connects out.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
+use vantage_model::control::{
+    AgentRegistration, AssignedRun, AssignedRuns, ResultAck, ResultUpload,
+};
+
+/// Why a call failed: retry later, or give up on this request.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Network trouble, timeouts, 5xx: the server may come back.
+    #[error("server unreachable or failing: {0}")]
+    Transient(String),
+    /// The server refused the request itself (4xx); retrying the same request will not help.
+    #[error("server refused the request ({status}): {message}")]
+    Refused { status: u16, message: String },
+}
+
+#[derive(Clone)]
+pub struct ServerClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl ServerClient {
+    pub fn new(base_url: &str, token: &str) -> anyhow::Result<ServerClient> {
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            anyhow::bail!("--server '{base_url}' must start with http:// or https://");
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|error| anyhow::anyhow!("cannot build the HTTP client: {error}"))?;
+        Ok(ServerClient {
+            http,
+            base: base_url.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+        })
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<T, CallError> {
+        let response = request
+            .bearer_auth(&self.token)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|error| CallError::Transient(error.to_string()))?;
+        let status = response.status();
+        if status.is_success() {
+            return response
+                .json::<T>()
+                .await
+                .map_err(|error| CallError::Transient(format!("unreadable answer: {error}")));
+        }
+        let body = response.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|value| value["error"].as_str().map(str::to_string))
+            .unwrap_or(body);
+        if status.is_server_error()
+            || status == StatusCode::TOO_MANY_REQUESTS
+            || status == StatusCode::REQUEST_TIMEOUT
+        {
+            Err(CallError::Transient(format!("{status}: {message}")))
+        } else {
+            Err(CallError::Refused {
+                status: status.as_u16(),
+                message,
+            })
+        }
+    }
+
+    pub async fn register(&self, registration: &AgentRegistration) -> Result<(), CallError> {
+        let request = self
+            .http
+            .post(format!("{}/api/v1/agents", self.base))
+            .json(registration);
+        self.send::<serde_json::Value>(request, Duration::from_secs(10))
+            .await
+            .map(drop)
+    }
+
+    pub async fn heartbeat(&self, name: &str) -> Result<(), CallError> {
+        let request = self
+            .http
+            .post(format!("{}/api/v1/agents/{name}/heartbeat", self.base));
+        self.send::<serde_json::Value>(request, Duration::from_secs(10))
+            .await
+            .map(drop)
+    }
+
+    /// Long-polls for runs starting within `horizon` not fetched before (with
+    /// `include_dispatched`, also those fetched before, as after a restart).
+    pub async fn fetch_runs(
+        &self,
+        name: &str,
+        wait: Duration,
+        horizon: Duration,
+        include_dispatched: bool,
+    ) -> Result<Vec<AssignedRun>, CallError> {
+        let request = self.http.get(format!(
+            "{}/api/v1/agents/{name}/runs?wait_s={}&horizon_s={}&include_dispatched={include_dispatched}",
+            self.base,
+            wait.as_secs(),
+            horizon.as_secs()
+        ));
+        let runs: AssignedRuns = self.send(request, wait + Duration::from_secs(10)).await?;
+        Ok(runs.runs)
+    }
+
+    pub async fn upload(&self, upload: &ResultUpload) -> Result<ResultAck, CallError> {
+        let request = self
+            .http
+            .post(format!("{}/api/v1/results", self.base))
+            .json(upload);
+        self.send(request, Duration::from_secs(30)).await
+    }
+}

@@ -1,0 +1,363 @@
+//! `vantage agent`: connects out to the server (works behind NAT), registers,
+//! heartbeats, serves the test endpoint in-process, executes the runs assigned to it
+//! at their planned start and uploads the results through a durable spool.
+//!
+//! Guarantees (docs/control-plane.md): a result is fsync'd to the spool before any
+//! upload and deleted only after the server's acknowledgement; uploads are idempotent
+//! by run id, so restarts and outages neither lose nor duplicate results.
+
+pub mod client;
+pub mod execute;
+pub mod spool;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::{watch, Notify};
+use vantage_model::control::{AgentRegistration, AssignedRun};
+use vantage_probe::endpoint::{Endpoint, EndpointConfig};
+
+use crate::client::{CallError, ServerClient};
+use crate::spool::Spool;
+
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    pub server_url: String,
+    pub token: String,
+    pub name: String,
+    pub tags: BTreeMap<String, String>,
+    /// False behind NAT: the scheduler then only makes this agent a client.
+    pub accepts_inbound: bool,
+    /// Where the in-process endpoint listens (`None`: all addresses).
+    pub endpoint_listen: Option<IpAddr>,
+    /// Endpoint port; 0 picks a free one.
+    pub endpoint_port: u16,
+    /// Addresses to advertise; empty: the local address that routes to the server.
+    pub advertise: Vec<String>,
+    pub spool_dir: PathBuf,
+    pub heartbeat_interval: Duration,
+    /// Runs are fetched this far ahead of their start.
+    pub horizon: Duration,
+    /// A run whose start was missed by more than this is not started (it could overlap
+    /// the next exclusive run); it is reported failed with the reason instead. Kept well
+    /// below the scheduler's 1 s setup guard, the slack each reservation has beyond its
+    /// test time, so a late start still ends inside the reservation.
+    pub start_tolerance: Duration,
+}
+
+impl AgentOptions {
+    pub fn new(server_url: &str, token: &str, name: &str, spool_dir: PathBuf) -> AgentOptions {
+        AgentOptions {
+            server_url: server_url.to_string(),
+            token: token.to_string(),
+            name: name.to_string(),
+            tags: BTreeMap::new(),
+            accepts_inbound: true,
+            endpoint_listen: None,
+            endpoint_port: 0,
+            advertise: Vec::new(),
+            spool_dir,
+            heartbeat_interval: Duration::from_secs(5),
+            horizon: Duration::from_secs(30),
+            start_tolerance: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The local source address the kernel would use towards `server_url`'s host.
+fn route_source(server_url: &str) -> Option<IpAddr> {
+    let host_port = server_url.split("://").nth(1)?.split('/').next()?;
+    let target: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(&host_port)
+        .ok()?
+        .next()
+        .or_else(|| {
+            std::net::ToSocketAddrs::to_socket_addrs(&(host_port, 80))
+                .ok()?
+                .next()
+        })?;
+    let bind: SocketAddr = if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()
+    .ok()?;
+    let socket = UdpSocket::bind(bind).ok()?;
+    // connect() on UDP sends nothing; it only asks the kernel for a route.
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip())
+}
+
+/// Exponential backoff between failed calls: 0.5 s doubling up to 30 s.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff(Duration::from_millis(500))
+    }
+
+    fn next(&mut self) -> Duration {
+        let current = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(30));
+        current
+    }
+
+    fn reset(&mut self) {
+        self.0 = Duration::from_millis(500);
+    }
+}
+
+/// Runs the agent until `shutdown` completes. Fails only on unrecoverable problems
+/// (bad token, unusable spool, endpoint port taken); a server outage is waited out.
+pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let spool = Spool::open(&options.spool_dir)?;
+    let client = ServerClient::new(&options.server_url, &options.token)?;
+    let endpoint = Endpoint::bind(EndpointConfig {
+        listen: options.endpoint_listen,
+        port: options.endpoint_port,
+        ..EndpointConfig::default()
+    })?;
+    let endpoint_port = endpoint.local_addr().port();
+    let advertise = if !options.advertise.is_empty() {
+        options.advertise.clone()
+    } else if let Some(ip) = options.endpoint_listen.filter(|ip| !ip.is_unspecified()) {
+        vec![ip.to_string()]
+    } else {
+        let ip = route_source(&options.server_url).ok_or_else(|| {
+            anyhow::anyhow!(
+                "cannot tell which local address reaches {}; pass --advertise",
+                options.server_url
+            )
+        })?;
+        vec![ip.to_string()]
+    };
+    let registration = AgentRegistration {
+        name: options.name.clone(),
+        addresses: advertise,
+        endpoint_port,
+        tags: options.tags.clone(),
+        capabilities: execute::CAPABILITIES
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+        accepts_inbound: options.accepts_inbound,
+    };
+
+    let (stop, stopped) = watch::channel(false);
+    let endpoint_task = {
+        let mut stopped = stopped.clone();
+        tokio::spawn(endpoint.run(async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }))
+    };
+    let agent = Arc::new(AgentTasks {
+        options,
+        client,
+        spool,
+        registration,
+        spooled: Notify::new(),
+        known_runs: Mutex::new(HashMap::new()),
+    });
+    tracing::info!(agent = %agent.options.name, endpoint_port, "agent starting");
+
+    let outcome = tokio::select! {
+        result = agent.clone().serve(stopped.clone()) => result,
+        _ = shutdown => Ok(()),
+    };
+    let _ = stop.send(true);
+    let _ = endpoint_task.await;
+    outcome
+}
+
+struct AgentTasks {
+    options: AgentOptions,
+    client: ServerClient,
+    spool: Spool,
+    registration: AgentRegistration,
+    /// Signalled when a new result is in the spool.
+    spooled: Notify,
+    /// Runs already accepted for execution, with their planned end (for pruning).
+    known_runs: Mutex<HashMap<String, chrono::DateTime<Utc>>>,
+}
+
+impl AgentTasks {
+    async fn serve(self: Arc<Self>, stopped: watch::Receiver<bool>) -> anyhow::Result<()> {
+        self.register().await?;
+        let uploader = tokio::spawn(self.clone().upload_loop());
+        let heartbeat = tokio::spawn(self.clone().heartbeat_loop());
+        let fetched = self.clone().fetch_loop(stopped).await;
+        uploader.abort();
+        heartbeat.abort();
+        fetched
+    }
+
+    /// Registers, waiting out outages; a refusal (bad token, bad name) is fatal.
+    async fn register(&self) -> anyhow::Result<()> {
+        let mut backoff = Backoff::new();
+        loop {
+            match self.client.register(&self.registration).await {
+                Ok(()) => return Ok(()),
+                Err(CallError::Refused { status, message }) => {
+                    anyhow::bail!(
+                        "server refused registration of '{}' ({status}): {message}",
+                        self.registration.name
+                    )
+                }
+                Err(error) => {
+                    tracing::warn!("registration failed, retrying: {error}");
+                    tokio::time::sleep(backoff.next()).await;
+                }
+            }
+        }
+    }
+
+    async fn heartbeat_loop(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(self.options.heartbeat_interval).await;
+            match self.client.heartbeat(&self.options.name).await {
+                Ok(()) => {}
+                // The server forgot us (new database): register again.
+                Err(CallError::Refused { status: 404, .. }) => {
+                    if let Err(error) = self.client.register(&self.registration).await {
+                        tracing::warn!("re-registration failed: {error}");
+                    }
+                }
+                Err(error) => tracing::warn!("heartbeat failed: {error}"),
+            }
+        }
+    }
+
+    /// Uploads everything in the spool, deleting each file once acknowledged.
+    async fn upload_loop(self: Arc<Self>) {
+        let mut backoff = Backoff::new();
+        loop {
+            let pause = match self.upload_pending().await {
+                Ok(()) => {
+                    backoff.reset();
+                    Duration::from_secs(5)
+                }
+                Err(error) => {
+                    tracing::warn!("upload paused: {error}");
+                    backoff.next()
+                }
+            };
+            tokio::select! {
+                _ = self.spooled.notified() => {}
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    async fn upload_pending(&self) -> anyhow::Result<()> {
+        for upload in self.spool.pending()? {
+            match self.client.upload(&upload).await {
+                Ok(ack) => {
+                    tracing::debug!(run = %ack.run_id, duplicate = ack.duplicate, "result acknowledged");
+                    self.spool.remove(&upload.run_id)?
+                }
+                Err(CallError::Refused { status, message }) => {
+                    tracing::error!(run = %upload.run_id, status, %message, "server refused a result; kept under rejected/");
+                    self.spool
+                        .reject(&upload.run_id, &format!("{status}: {message}"))?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(())
+    }
+
+    async fn fetch_loop(self: Arc<Self>, stopped: watch::Receiver<bool>) -> anyhow::Result<()> {
+        let mut backoff = Backoff::new();
+        // Ask for already-dispatched runs too at start and after any failed call: the
+        // server may have handed runs out in an answer that never arrived.
+        let mut resync = true;
+        while !*stopped.borrow() {
+            let fetched = self
+                .client
+                .fetch_runs(
+                    &self.options.name,
+                    Duration::from_secs(20),
+                    self.options.horizon,
+                    resync,
+                )
+                .await;
+            resync = fetched.is_err();
+            match fetched {
+                Ok(runs) => {
+                    backoff.reset();
+                    for run in runs {
+                        self.accept(run);
+                    }
+                }
+                Err(CallError::Refused { status: 404, .. }) => self.register().await?,
+                Err(CallError::Refused { status, message }) => {
+                    anyhow::bail!("server refused to hand out runs ({status}): {message}")
+                }
+                Err(error) => {
+                    tracing::warn!("fetching runs failed: {error}");
+                    tokio::time::sleep(backoff.next()).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Schedules a run for execution unless it is already scheduled or spooled.
+    fn accept(self: &Arc<Self>, run: AssignedRun) {
+        {
+            let mut known = self.known_runs.lock().expect("known runs lock");
+            let horizon = Utc::now() - chrono::Duration::hours(1);
+            known.retain(|_, planned_end| *planned_end > horizon);
+            if known.contains_key(&run.run_id) || self.spool.contains(&run.run_id) {
+                return;
+            }
+            known.insert(run.run_id.clone(), run.planned_end);
+        }
+        let agent = self.clone();
+        tokio::spawn(async move {
+            let wait = (run.planned_start - Utc::now())
+                .to_std()
+                .unwrap_or_default();
+            tokio::time::sleep(wait).await;
+            let late = (Utc::now() - run.planned_start)
+                .to_std()
+                .unwrap_or_default();
+            let upload = if late > agent.options.start_tolerance {
+                execute::failed(
+                    &run,
+                    &agent.options.name,
+                    format!("could not start the run until {:.1} s after its planned start; not started, to keep the schedule conflict-free", late.as_secs_f64()),
+                )
+            } else {
+                let name = agent.options.name.clone();
+                let to_execute = run.clone();
+                match tokio::task::spawn_blocking(move || execute::execute(&to_execute, &name))
+                    .await
+                {
+                    Ok(upload) => upload,
+                    Err(error) => execute::failed(
+                        &run,
+                        &agent.options.name,
+                        format!("engine crashed: {error}"),
+                    ),
+                }
+            };
+            let overrun = (upload.actual_end - run.planned_end)
+                .to_std()
+                .unwrap_or_default();
+            if overrun > Duration::ZERO {
+                tracing::warn!(run = %run.run_id, overrun_s = overrun.as_secs_f64(), "run ended after its reservation");
+            }
+            tracing::debug!(run = %run.run_id, outcome = ?upload.outcome, "run finished");
+            match agent.spool.store(&upload) {
+                Ok(()) => agent.spooled.notify_one(),
+                Err(error) => tracing::error!(run = %upload.run_id, "cannot spool result: {error}"),
+            }
+        });
+    }
+}

@@ -1,0 +1,76 @@
+//! `vantage agent`: a measurement agent that connects out to a server.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use vantage_agent::AgentOptions;
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// Server URL, e.g. http://server:8470.
+    #[arg(long)]
+    pub server: String,
+    /// Bearer token with role agent.
+    #[arg(long, env = "VANTAGE_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Unique agent name.
+    #[arg(long)]
+    pub name: String,
+    /// Tag as key=value (site, segment, zone …); repeatable.
+    #[arg(long = "tag", value_parser = parse_tag)]
+    pub tags: Vec<(String, String)>,
+    /// This agent cannot accept inbound connections (behind NAT): it is only ever a client.
+    #[arg(long)]
+    pub no_inbound: bool,
+    /// Port of the in-process test endpoint (0 picks a free one).
+    #[arg(long, default_value_t = vantage_probe::endpoint::DEFAULT_PORT)]
+    pub endpoint_port: u16,
+    /// Address the endpoint listens on (default: all).
+    #[arg(long)]
+    pub listen: Option<IpAddr>,
+    /// Address other agents use to reach this one (default: the local address routing to the server).
+    #[arg(long)]
+    pub advertise: Vec<String>,
+    /// Durable result spool directory.
+    #[arg(long, default_value = "vantage-spool")]
+    pub spool: PathBuf,
+}
+
+fn parse_tag(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.trim().to_string()))
+        }
+        _ => Err(format!("tag '{text}' is not key=value")),
+    }
+}
+
+pub fn run(args: AgentArgs) -> ExitCode {
+    crate::cmd_server::init_logging();
+    let mut options = AgentOptions::new(&args.server, &args.token, &args.name, args.spool);
+    options.tags = args.tags.into_iter().collect::<BTreeMap<_, _>>();
+    options.accepts_inbound = !args.no_inbound;
+    options.endpoint_port = args.endpoint_port;
+    options.endpoint_listen = args.listen;
+    options.advertise = args.advertise;
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("vantage agent: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(vantage_agent::run(
+        options,
+        crate::cmd_server::wait_for_stop_signal(),
+    )) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("vantage agent: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! `vantage config check FILE` and `vantage config apply FILE`: the declarative
+//! measurement configuration (docs/config.md), validated locally before it is sent.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use vantage_model::config::load_config;
+
+#[derive(Args, Debug)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub command: ConfigCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Validate a configuration file (TOML or JSON) without sending it.
+    Check { file: PathBuf },
+    /// Validate a configuration file and apply it on a server.
+    Apply {
+        file: PathBuf,
+        /// Server URL, e.g. http://server:8470.
+        #[arg(long)]
+        server: String,
+        /// Bearer token with role admin.
+        #[arg(long, env = "VANTAGE_TOKEN", hide_env_values = true)]
+        token: String,
+    },
+}
+
+pub fn run(args: ConfigArgs) -> ExitCode {
+    match execute(args.command) {
+        Ok(message) => {
+            println!("{message}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("vantage config: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads and validates a file; every problem is listed with its path.
+fn load(file: &PathBuf) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|error| format!("cannot read '{}': {error}", file.display()))?;
+    let name = file.to_string_lossy();
+    let (config, validated) = load_config(&name, &text).map_err(|errors| {
+        let listed: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        format!("'{name}' is invalid: {}", listed.join("; "))
+    })?;
+    tracing::debug!(tasks = validated.tasks.len(), "configuration valid");
+    serde_json::to_value(&config)
+        .map_err(|error| format!("cannot encode '{name}' as JSON: {error}"))
+}
+
+fn execute(command: ConfigCommand) -> Result<String, String> {
+    match command {
+        ConfigCommand::Check { file } => {
+            load(&file)?;
+            Ok(format!("{}: valid", file.display()))
+        }
+        ConfigCommand::Apply {
+            file,
+            server,
+            token,
+        } => {
+            let document = load(&file)?;
+            let runtime = tokio::runtime::Runtime::new()
+                .map_err(|error| format!("cannot start the runtime: {error}"))?;
+            let version = runtime.block_on(apply(&server, &token, &document))?;
+            Ok(format!("{}: applied as version {version}", file.display()))
+        }
+    }
+}
+
+async fn apply(server: &str, token: &str, document: &serde_json::Value) -> Result<i64, String> {
+    let url = format!("{}/api/v1/config", server.trim_end_matches('/'));
+    let response = reqwest::Client::new()
+        .put(&url)
+        .bearer_auth(token)
+        .json(document)
+        .send()
+        .await
+        .map_err(|error| format!("cannot reach {url}: {error}"))?;
+    let status = response.status();
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .map_err(|error| format!("unreadable answer from {url}: {error}"))?;
+    if !status.is_success() {
+        return Err(format!(
+            "server refused the configuration ({status}): {}",
+            body["error"].as_str().unwrap_or("no reason given")
+        ));
+    }
+    body["version"]
+        .as_i64()
+        .ok_or_else(|| format!("answer from {url} has no version: {body}"))
+}

@@ -1,0 +1,253 @@
+//! `vantage demo`: everything on one machine. A server on SQLite in a temporary
+//! directory, three agents on loopback, a mesh of latency (every few seconds) and
+//! throughput (every minute), the URLs to try, and a live per-pair summary.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use vantage_agent::AgentOptions;
+use vantage_model::control::Role;
+use vantage_model::units::{format_rate_bps, format_us, parse_duration};
+use vantage_server::archive::{now_us, RunState, StoredResult};
+use vantage_server::planner::PlannerOptions;
+use vantage_server::service::{self, RunningServer, ServerOptions};
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Stop after this long (DUR); runs until Ctrl-C when absent.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// API address (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:8470")]
+    pub listen: std::net::SocketAddr,
+    /// Number of agents.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=16))]
+    pub agents: u16,
+    /// Period of the latency mesh (DUR).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub latency_every: Duration,
+    /// Period of the throughput mesh (DUR).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub throughput_every: Duration,
+    /// Seconds between summaries (DUR).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub summary_every: Duration,
+}
+
+pub fn run(args: DemoArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("vantage demo: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(demo(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("vantage demo: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{}ms", duration.as_millis())
+}
+
+/// The demo's measurement configuration: one mesh group, two tasks.
+fn demo_config(args: &DemoArgs) -> serde_json::Value {
+    serde_json::json!({
+        "groups": [{"name": "demo-mesh", "kind": "mesh", "members": ["role=demo"]}],
+        "tests": [
+            {"name": "rtt", "type": "latency", "spec": {"count": 20, "interval": "20ms", "timeout": "1s"}},
+            {"name": "bulk", "type": "throughput", "spec": {"duration": "2s"}}
+        ],
+        "tasks": [
+            {"name": "latency-mesh", "test": "rtt", "group": "demo-mesh", "every": seconds(args.latency_every), "slip": seconds(args.latency_every * 4 / 5)},
+            {"name": "throughput-mesh", "test": "bulk", "group": "demo-mesh", "every": seconds(args.throughput_every), "directions": "one"}
+        ]
+    })
+}
+
+async fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    let workdir = tempfile::Builder::new().prefix("vantage-demo-").tempdir()?;
+    let database = format!("sqlite://{}", workdir.path().join("vantage.db").display());
+    let server = service::start(ServerOptions {
+        database_url: database.clone(),
+        listen: args.listen,
+        admin_token: None,
+        planner: PlannerOptions {
+            tick: Duration::from_secs(1),
+            horizon: Duration::from_secs(30),
+            miss_grace: Duration::from_secs(15),
+            ..PlannerOptions::default()
+        },
+    })
+    .await?;
+    let agent_token = vantage_server::new_token();
+    let reader_token = vantage_server::new_token();
+    server
+        .state
+        .archive
+        .add_token(&agent_token, "demo-agents", Role::Agent)
+        .await?;
+    server
+        .state
+        .archive
+        .add_token(&reader_token, "demo-reader", Role::Reader)
+        .await?;
+
+    let (stop_agents, agents_stopped) = tokio::sync::watch::channel(false);
+    let mut agent_tasks = Vec::new();
+    for index in 1..=args.agents {
+        let mut options = AgentOptions::new(
+            &server.url(),
+            &agent_token,
+            &format!("agent-{index}"),
+            workdir.path().join(format!("spool-{index}")),
+        );
+        options.endpoint_listen = Some("127.0.0.1".parse()?);
+        options.tags = BTreeMap::from([("role".to_string(), "demo".to_string())]);
+        let mut stopped = agents_stopped.clone();
+        agent_tasks.push(tokio::spawn(vantage_agent::run(options, async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        })));
+    }
+    let applied = reqwest::Client::new()
+        .put(format!("{}/api/v1/config", server.url()))
+        .bearer_auth(&server.admin_token)
+        .json(&demo_config(&args))
+        .send()
+        .await?;
+    if !applied.status().is_success() {
+        anyhow::bail!(
+            "the demo configuration was refused: {}",
+            applied.text().await.unwrap_or_default()
+        );
+    }
+
+    let url = server.url();
+    println!(
+        "vantage demo: server on {url} (SQLite archive {database}), {} agents on 127.0.0.1",
+        args.agents
+    );
+    println!("  admin token   {}", server.admin_token);
+    println!("  reader token  {reader_token}");
+    println!("  API document  {url}/openapi.json");
+    println!("  agents        curl -H 'Authorization: Bearer {reader_token}' {url}/api/v1/agents");
+    println!("  results       curl -H 'Authorization: Bearer {reader_token}' '{url}/api/v1/results?test=latency&limit=5'");
+    println!(
+        "  live events   curl -N -H 'Authorization: Bearer {reader_token}' {url}/api/v1/subscribe"
+    );
+    println!("  Prometheus    curl -H 'Authorization: Bearer {reader_token}' {url}/metrics");
+    println!(
+        "Latency mesh every {:?}, throughput mesh every {:?}. Ctrl-C stops.",
+        args.latency_every, args.throughput_every
+    );
+
+    let started_us = now_us();
+    let deadline = args
+        .duration
+        .map(|duration| tokio::time::Instant::now() + duration);
+    let stop_signal = crate::cmd_server::wait_for_stop_signal();
+    tokio::pin!(stop_signal);
+    loop {
+        let pause = tokio::time::sleep(args.summary_every);
+        let until_deadline = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = pause => print_summary(&server, started_us).await,
+            _ = until_deadline => break,
+            _ = &mut stop_signal => break,
+        }
+    }
+    print_summary(&server, started_us).await;
+    let _ = stop_agents.send(true);
+    for task in agent_tasks {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => eprintln!("vantage demo: an agent failed: {error:#}"),
+            Err(error) => eprintln!("vantage demo: an agent crashed: {error}"),
+        }
+    }
+    server.shutdown().await?;
+    Ok(())
+}
+
+/// The newest latency and throughput result of one (client, server) pair.
+type PairLatest<'a> = (Option<&'a StoredResult>, Option<&'a StoredResult>);
+
+async fn print_summary(server: &RunningServer, started_us: i64) {
+    let archive = &server.state.archive;
+    let (latest, runs) = match (
+        archive.latest_per_pair().await,
+        archive
+            .runs_between(started_us - 60_000_000, i64::MAX)
+            .await,
+    ) {
+        (Ok(latest), Ok(runs)) => (latest, runs),
+        (Err(error), _) | (_, Err(error)) => {
+            eprintln!("vantage demo: archive query failed: {error}");
+            return;
+        }
+    };
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for run in &runs {
+        *counts.entry(run.state.as_str()).or_default() += 1;
+    }
+    let counted: Vec<String> = counts
+        .iter()
+        .map(|(state, count)| format!("{state} {count}"))
+        .collect();
+    println!(
+        "-- {} -- runs: {}",
+        chrono::Utc::now().format("%H:%M:%S"),
+        counted.join(", ")
+    );
+    let mut pairs: BTreeMap<(String, String), PairLatest> = BTreeMap::new();
+    for result in &latest {
+        let entry = pairs
+            .entry((result.client.clone(), result.server.clone()))
+            .or_default();
+        match result.test.as_str() {
+            "latency" => entry.0 = Some(result),
+            "throughput" => entry.1 = Some(result),
+            _ => {}
+        }
+    }
+    for ((client, server), (latency, throughput)) in pairs {
+        let rtt = latency
+            .and_then(|result| result.metrics.get("rtt_median_us"))
+            .map_or("-".to_string(), |rtt_us| format_us(*rtt_us));
+        let loss = latency
+            .and_then(|result| result.metrics.get("loss_ratio"))
+            .map_or("-".to_string(), |ratio| format!("{:.1}%", ratio * 100.0));
+        let rate = throughput
+            .and_then(|result| result.metrics.get("received_bps"))
+            .map_or("-".to_string(), |bps| format_rate_bps(*bps));
+        println!(
+            "  {client:>9} -> {server:<9} rtt {rtt:>10}  loss {loss:>6}  throughput {rate:>12}"
+        );
+    }
+    if let Some(problem) = runs.iter().rev().find(|run| {
+        matches!(
+            run.state,
+            RunState::Failed | RunState::Missed | RunState::NonStart
+        )
+    }) {
+        println!(
+            "  last problem: {} {} -> {}: {}",
+            problem.id,
+            problem.client,
+            problem.server,
+            problem.reason.as_deref().unwrap_or("?")
+        );
+    }
+}

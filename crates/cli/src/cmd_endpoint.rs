@@ -1,0 +1,129 @@
+//! `vantage endpoint`: serves the test endpoint until SIGINT / SIGTERM.
+
+use std::net::IpAddr;
+use std::process::ExitCode;
+
+use clap::Args;
+use vantage_probe::endpoint::{Endpoint, EndpointConfig, DEFAULT_PORT};
+
+#[derive(Args)]
+pub struct EndpointArgs {
+    /// Address to listen on (default: dual-stack `::`, or `0.0.0.0` without IPv6).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<IpAddr>,
+    /// UDP (TWAMP-Light reflector) and TCP (vantage service) port; 0 picks a free one.
+    #[arg(long, short, value_name = "P", default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Most distinct UDP senders whose sequence counters are kept at once.
+    #[arg(long, value_name = "N", default_value_t = EndpointConfig::default().max_udp_senders)]
+    max_udp_senders: usize,
+    /// Most TCP connections served at once.
+    #[arg(long, value_name = "N", default_value_t = EndpointConfig::default().max_tcp_connections)]
+    max_tcp_connections: usize,
+    /// Port of the iperf3-compatible listener (TCP and UDP, for stock `iperf3 -c`);
+    /// default 5201, skipped with a warning when that port is taken.
+    #[arg(long, value_name = "P")]
+    iperf3_port: Option<u16>,
+    /// Do not start the iperf3-compatible listener.
+    #[arg(long)]
+    no_iperf3: bool,
+    /// Longest throughput test the endpoint accepts (DUR).
+    #[arg(long, value_name = "DUR", default_value = "300s", value_parser = crate::cmd_latency::duration_arg)]
+    max_duration: std::time::Duration,
+    /// Highest rate per direction a throughput test may use (BPS); unlimited by default.
+    #[arg(long, value_name = "BPS", value_parser = rate_arg)]
+    max_rate: Option<u64>,
+}
+
+fn rate_arg(input: &str) -> Result<u64, String> {
+    vantage_model::units::parse_rate_bps(input).map_err(|e| e.to_string())
+}
+
+pub fn run(args: EndpointArgs) -> ExitCode {
+    init_logging();
+    match serve(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("vantage endpoint: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: EndpointArgs) -> Result<(), String> {
+    let runtime =
+        tokio::runtime::Runtime::new().map_err(|e| format!("cannot start runtime: {e}"))?;
+    runtime.block_on(async {
+        let config = EndpointConfig {
+            listen: args.listen,
+            port: args.port,
+            max_udp_senders: args.max_udp_senders,
+            max_tcp_connections: args.max_tcp_connections,
+            iperf3_port: (!args.no_iperf3).then_some(
+                args.iperf3_port
+                    .unwrap_or(vantage_probe::iperf3::IPERF3_DEFAULT_PORT),
+            ),
+            throughput_limits: vantage_probe::throughput::server::ServiceLimits {
+                max_duration: args.max_duration,
+                max_rate_bps: args.max_rate,
+            },
+            ..EndpointConfig::default()
+        };
+        let endpoint = match Endpoint::bind(config.clone()) {
+            // The default iperf3 port may be taken (e.g. by a real iperf3 -s): serve
+            // without the listener rather than not at all. An explicit port is binding.
+            Err(vantage_probe::endpoint::EndpointError::Bind { addr, source })
+                if args.iperf3_port.is_none() && config.iperf3_port == Some(addr.port()) =>
+            {
+                eprintln!(
+                    "vantage endpoint: no iperf3 listener ({addr}: {source}); use --iperf3-port P"
+                );
+                Endpoint::bind(EndpointConfig {
+                    iperf3_port: None,
+                    ..config
+                })
+            }
+            other => other,
+        }
+        .map_err(|e| e.to_string())?;
+        // Scripts and tests read the port from this line (it matters with --port 0).
+        println!(
+            "vantage endpoint listening on {} (UDP: TWAMP-Light reflector, TCP: vantage service)",
+            endpoint.local_addr()
+        );
+        if let Some(addr) = endpoint.iperf3_addr() {
+            println!("iperf3-compatible listener on {addr} (TCP and UDP)");
+        }
+        let stats = endpoint
+            .run(shutdown_signal())
+            .await
+            .map_err(|e| e.to_string())?;
+        eprintln!("vantage endpoint stopped; {stats}");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Logs to stderr; `RUST_LOG=debug` shows each malformed packet the endpoint drops.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,235 @@
+//! `vantage latency TARGET`: RTT, jitter, loss (split by direction), one-way delay.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use vantage_model::latency::{Distribution, LatencyProtocol, LatencyResult, LatencySpec};
+use vantage_model::units::{format_us, parse_bytes, parse_duration};
+use vantage_probe::endpoint::DEFAULT_PORT;
+use vantage_probe::latency::{run_latency, Progress};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ProtocolArg {
+    Udp,
+    Tcp,
+    Icmp,
+}
+
+#[derive(Args)]
+pub struct LatencyArgs {
+    /// Host name, host:port, or IPv4 / IPv6 address of a vantage endpoint (or, for
+    /// UDP, any TWAMP-Light reflector).
+    target: String,
+    /// Endpoint port (UDP and TCP); ignored by ICMP.
+    #[arg(long, short, value_name = "P", default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Probes to send.
+    #[arg(long, short, value_name = "N", default_value_t = 10)]
+    count: u32,
+    /// Time between probe sends (DUR, e.g. 10ms, 1s).
+    #[arg(long, short, value_name = "DUR", default_value = "1s", value_parser = duration_arg)]
+    interval: Duration,
+    /// A probe without an answer after this long is lost (seed 003: 5 s).
+    #[arg(long, short = 'W', value_name = "DUR", default_value = "5s", value_parser = duration_arg)]
+    timeout: Duration,
+    /// Probe size in bytes: UDP payload (TWAMP test packet incl. padding, at least
+    /// 14), ICMP payload, or TCP echo request body.
+    #[arg(long, short, value_name = "BYTES", default_value = "64", value_parser = size_arg)]
+    size: u32,
+    #[arg(long, value_enum, default_value = "udp")]
+    protocol: ProtocolArg,
+    /// DSCP code point to mark probes with (0..=63).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
+    dscp: u8,
+    /// Send probes larger than the path MTU (they will be fragmented).
+    #[arg(long)]
+    allow_fragmentation: bool,
+    /// Print one JSON document (docs/json-schema.md) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn duration_arg(input: &str) -> Result<Duration, String> {
+    parse_duration(input).map_err(|e| e.to_string())
+}
+
+pub(crate) fn size_arg(input: &str) -> Result<u32, String> {
+    let bytes = parse_bytes(input).map_err(|e| e.to_string())?;
+    u32::try_from(bytes).map_err(|_| format!("size {bytes} is too large"))
+}
+
+pub(crate) fn micros_u64(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+pub fn run(args: LatencyArgs) -> ExitCode {
+    let spec = LatencySpec {
+        target: args.target.clone(),
+        port: args.port,
+        protocol: match args.protocol {
+            ProtocolArg::Udp => LatencyProtocol::Udp,
+            ProtocolArg::Tcp => LatencyProtocol::Tcp,
+            ProtocolArg::Icmp => LatencyProtocol::Icmp,
+        },
+        count: args.count,
+        interval_us: micros_u64(args.interval),
+        timeout_us: micros_u64(args.timeout),
+        size_bytes: args.size,
+        dscp: args.dscp,
+        allow_fragmentation: args.allow_fragmentation,
+    };
+    let bar = progress_bar(args.json, u64::from(args.count));
+    let result = run_latency(&spec, &mut |p: Progress| {
+        if let Some(bar) = &bar {
+            bar.set_position(u64::from(p.sent));
+            bar.set_message(format!("{} answered", p.answered));
+        }
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    match result {
+        Ok(result) if args.json => print_json("latency", &result),
+        Ok(result) => print_stdout("latency", &human_report(&result)),
+        Err(err) => {
+            eprintln!("vantage latency: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes `text` to stdout; a closed pipe (e.g. `| head`) ends quietly, not in a panic.
+pub(crate) fn print_stdout(command: &str, text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("vantage {command}: cannot write the result: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints one JSON document on stdout.
+pub(crate) fn print_json(command: &str, value: &impl serde::Serialize) -> ExitCode {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => print_stdout(command, &(text + "\n")),
+        Err(e) => {
+            eprintln!("vantage {command}: cannot encode the result: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A progress bar on stderr when it is a terminal and JSON was not asked for.
+pub(crate) fn progress_bar(json: bool, total: u64) -> Option<ProgressBar> {
+    if json || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} sent, {msg}") {
+        bar.set_style(style);
+    }
+    Some(bar)
+}
+
+pub(crate) fn format_distribution(d: &Distribution) -> String {
+    format!(
+        "min/median/mean/p95/p99/max/stddev = {:.1}/{:.1}/{:.1}/{:.1}/{:.1}/{:.1}/{:.1} µs",
+        d.min, d.median, d.mean, d.p95, d.p99, d.max, d.stddev
+    )
+}
+
+fn human_report(result: &LatencyResult) -> String {
+    use std::fmt::Write;
+    let s = &result.summary;
+    let mut out = String::new();
+    let protocol = match result.spec.protocol {
+        LatencyProtocol::Udp => "UDP TWAMP-Light",
+        LatencyProtocol::Tcp => "TCP",
+        LatencyProtocol::Icmp => "ICMP echo",
+    };
+    let _ = writeln!(
+        out,
+        "--- {} ({}) latency, {protocol}, {} B probes ---",
+        result.spec.target, result.target_addr, result.spec.size_bytes
+    );
+    let _ = writeln!(
+        out,
+        "{} sent, {} received, {:.1}% loss (forward {}, reverse {}, direction unknown {}), {} duplicates, {} reordered",
+        s.sent,
+        s.received,
+        s.loss_ratio * 100.0,
+        s.forward_lost,
+        s.reverse_lost,
+        s.unknown_direction_lost,
+        s.duplicates,
+        s.reordered
+    );
+    if let Some(connect) = &s.connect_us {
+        let _ = writeln!(out, "connect {}", format_distribution(connect));
+    }
+    match &s.rtt_us {
+        Some(rtt) => {
+            let _ = writeln!(out, "rtt {}", format_distribution(rtt));
+        }
+        None => {
+            let _ = writeln!(out, "rtt: no probe came back");
+        }
+    }
+    if let Some(j) = &s.jitter_us {
+        let _ = writeln!(
+            out,
+            "jitter: RFC 3550 {}, mean |Δ| {}, median |Δ| {}",
+            format_us(j.rfc3550),
+            format_us(j.mean_abs_delta),
+            format_us(j.median_abs_delta)
+        );
+    }
+    if let Some(one_way) = &s.one_way {
+        match (
+            &one_way.forward_delay_us,
+            &one_way.reverse_delay_us,
+            one_way.valid,
+        ) {
+            (Some(forward), Some(reverse), true) => {
+                let bound = one_way
+                    .error_bound_us
+                    .map_or("unknown".to_string(), |b| format!("±{}", format_us(b)));
+                let _ = writeln!(
+                    out,
+                    "one-way: forward median {}, reverse median {} (error bound {bound})",
+                    format_us(forward.median),
+                    format_us(reverse.median)
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "one-way: not reported ({})",
+                    one_way.reason.as_deref().unwrap_or("no samples")
+                );
+            }
+        }
+    }
+    let source = |s| match s {
+        vantage_model::latency::TimestampSource::Kernel => "kernel",
+        vantage_model::latency::TimestampSource::User => "user space",
+        vantage_model::latency::TimestampSource::Remote => "remote",
+    };
+    let _ = writeln!(
+        out,
+        "timestamps: transmit {}, receive {}",
+        source(result.timestamping.transmit),
+        source(result.timestamping.receive)
+    );
+    out
+}

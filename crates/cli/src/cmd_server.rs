@@ -1,0 +1,102 @@
+//! `vantage server`: the control plane (archive, REST API, scheduler loop).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Args;
+use vantage_model::units::parse_duration;
+use vantage_server::planner::PlannerOptions;
+use vantage_server::service::{self, ServerOptions};
+
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// Address and port of the HTTP API.
+    #[arg(long, default_value = "127.0.0.1:8470")]
+    pub listen: SocketAddr,
+    /// Archive: sqlite://PATH (default, created if missing) or postgres://USER@HOST/DB.
+    #[arg(long, default_value = "sqlite://vantage.db")]
+    pub database: String,
+    /// Admin bearer token to install; a random one is generated and printed when absent.
+    #[arg(long, env = "VANTAGE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// How far ahead runs are planned (DUR).
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub horizon: std::time::Duration,
+    /// A run whose result is this late after its planned end is recorded as missed (DUR).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub miss_grace: std::time::Duration,
+    /// Delete results and app metrics older than this (DUR, e.g. 720h); keep everything when absent.
+    #[arg(long, value_parser = parse_duration)]
+    pub retention: Option<std::time::Duration>,
+}
+
+pub fn run(args: ServerArgs) -> ExitCode {
+    crate::cmd_server::init_logging();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("vantage server: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("vantage server: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServerArgs) -> anyhow::Result<()> {
+    let generated = args.admin_token.is_none();
+    let server = service::start(ServerOptions {
+        database_url: args.database.clone(),
+        listen: args.listen,
+        admin_token: args.admin_token,
+        planner: PlannerOptions {
+            horizon: args.horizon,
+            miss_grace: args.miss_grace,
+            retention: args.retention,
+            ..PlannerOptions::default()
+        },
+    })
+    .await?;
+    eprintln!(
+        "vantage server: API on {} (archive {})",
+        server.url(),
+        args.database
+    );
+    if generated {
+        eprintln!("vantage server: admin token {}", server.admin_token);
+    }
+    crate::cmd_server::wait_for_stop_signal().await;
+    eprintln!("vantage server: stopping");
+    server.shutdown().await
+}
+
+/// Logs to stderr, `info` unless RUST_LOG says otherwise (shared by the control-plane commands).
+pub(crate) fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves on Ctrl-C or SIGTERM (how service managers and `kill` stop a server or agent).
+pub(crate) async fn wait_for_stop_signal() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

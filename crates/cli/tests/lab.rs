@@ -1,0 +1,664 @@
+//! End-to-end tests of `vantage lab` (root: CI runs as root; without root they fail and say why).
+//! Every lab gets a unique name and a guard that takes it down even when the test fails.
+//! Traffic stays inside the labs' own namespaces.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+/// Tests in this binary build namespaces and measure delay: one at a time (nextest runs them in
+/// the `serial-network` group; this lock covers plain `cargo test`).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn vantage_bin() -> PathBuf {
+    std::env::var_os("VANTAGE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vantage")))
+}
+
+fn scenario(name: &str) -> String {
+    format!("{}/../../lab/scenarios/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn require_root() {
+    assert!(
+        is_root(),
+        "these tests build network namespaces and need root (CI runs them as root)"
+    );
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let uid_line = status.lines().find(|l| l.starts_with("Uid:"))?;
+            // Real, effective, saved, filesystem: the effective one decides.
+            uid_line.split_whitespace().nth(2).map(|uid| uid == "0")
+        })
+        .unwrap_or(false)
+}
+
+fn vantage(args: &[&str]) -> Output {
+    Command::new(vantage_bin())
+        .args(args)
+        .output()
+        .expect("run vantage")
+}
+
+fn vantage_ok(args: &[&str]) -> String {
+    let output = vantage(args);
+    assert!(
+        output.status.success(),
+        "vantage {} failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A unique lab name (≤ 12 chars) per test and process.
+fn unique_lab(tag: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "t{tag}{}{}",
+        std::process::id() % 100_000,
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Takes the lab down when dropped (test passed or not).
+struct LabGuard {
+    name: String,
+}
+
+impl LabGuard {
+    fn up(scenario_file: &str, tag: &str) -> LabGuard {
+        let guard = LabGuard {
+            name: unique_lab(tag),
+        };
+        vantage_ok(&["lab", "up", &scenario(scenario_file), "--name", &guard.name]);
+        guard
+    }
+
+    fn exec(&self, node: &str, command: &[&str]) -> Output {
+        let mut args = vec!["lab", "exec", "--lab", &self.name, node, "--"];
+        args.extend_from_slice(command);
+        vantage(&args)
+    }
+
+    fn set(&self, link: &str, settings: &[&str]) {
+        let mut args = vec!["lab", "set", "--lab", &self.name, link];
+        args.extend_from_slice(settings);
+        vantage_ok(&args);
+    }
+
+    fn status_json(&self) -> serde_json::Value {
+        serde_json::from_str(&vantage_ok(&["lab", "status", &self.name, "--json"]))
+            .expect("status JSON")
+    }
+}
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        let _ = vantage(&["lab", "down", &self.name]);
+    }
+}
+
+fn netns_names() -> BTreeSet<String> {
+    let output = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(String::from))
+        .collect()
+}
+
+fn host_link_names() -> BTreeSet<String> {
+    let output = Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .expect("ip -o link");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split(": ")
+                .nth(1)
+                .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        })
+        .collect()
+}
+
+/// Per-packet RTTs (ms) from ping's output.
+fn ping_rtts_ms(output: &Output) -> Vec<f64> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    assert!(!values.is_empty(), "no samples");
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// `lab up` then `lab down` of every scenario leaves no namespace, interface, process or state.
+#[test]
+fn scenarios_up_then_down_leave_nothing_behind() {
+    require_root();
+    let _serial = serial();
+    for (file, from, to_address) in [
+        ("two-hosts.toml", "h1", "10.77.0.2"),
+        ("gigabit-app.toml", "therapist", "10.77.4.2"),
+        ("cloud-zones.toml", "a1", "fd77:0:0:2::4"),
+    ] {
+        let netns_before = netns_names();
+        let links_before = host_link_names();
+        let lab = LabGuard::up(file, "s");
+        let status = lab.status_json();
+        assert_eq!(
+            status["forwarder_alive"], true,
+            "{file}: forwarder not alive"
+        );
+        let node_count = status["state"]["topology"]["nodes"]
+            .as_array()
+            .unwrap()
+            .len();
+        let lab_netns: Vec<String> = netns_names()
+            .into_iter()
+            .filter(|n| {
+                n.starts_with(&format!("vl-{}-", lab.name)) || *n == format!("vl-{}_emu", lab.name)
+            })
+            .collect();
+        assert_eq!(
+            lab_netns.len(),
+            node_count + 1,
+            "{file}: namespaces {lab_netns:?}"
+        );
+        let ping = lab.exec(
+            from,
+            &["ping", "-c", "3", "-i", "0.05", "-W", "2", to_address],
+        );
+        assert!(
+            ping.status.success(),
+            "{file}: {from} cannot reach {to_address}: {ping:?}"
+        );
+
+        let name = lab.name.clone();
+        drop(lab);
+        let leftover_netns: Vec<_> = netns_names().difference(&netns_before).cloned().collect();
+        let ours: Vec<_> = leftover_netns
+            .iter()
+            .filter(|n| n.contains(&name))
+            .collect();
+        assert!(ours.is_empty(), "{file}: namespaces left behind: {ours:?}");
+        let new_links: Vec<_> = host_link_names()
+            .difference(&links_before)
+            .cloned()
+            .collect();
+        assert!(
+            new_links.is_empty(),
+            "{file}: interfaces appeared in the host namespace: {new_links:?}"
+        );
+        assert!(
+            !PathBuf::from(format!("/run/vantage-lab/{name}")).exists(),
+            "{file}: state left behind"
+        );
+        let forwarders = Command::new("pgrep")
+            .args(["-f", &format!("lab forwarder {name}$")])
+            .output()
+            .unwrap();
+        assert!(
+            forwarders.stdout.is_empty(),
+            "{file}: forwarder still running"
+        );
+    }
+}
+
+/// 20 ms one-way delay in each direction: ping's median RTT reads 40 ms ± 1 ms.
+#[test]
+fn delay_of_20ms_each_way_reads_40ms_in_ping() {
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("two-hosts.toml", "d");
+    lab.set("h1-h2", &["delay=20ms"]);
+    let ping = lab.exec(
+        "h1",
+        &["ping", "-c", "100", "-i", "0.01", "-W", "2", "10.77.0.2"],
+    );
+    assert!(ping.status.success(), "{ping:?}");
+    let mut rtts = ping_rtts_ms(&ping);
+    assert!(rtts.len() >= 99, "only {} replies", rtts.len());
+    let median_ms = median(&mut rtts);
+    assert!(
+        (median_ms - 40.0).abs() <= 1.0,
+        "median RTT {median_ms} ms, expected 40 ± 1 ms"
+    );
+}
+
+/// 1 % configured loss (one direction) over 10 000 pings: the measured loss lies in the
+/// binomial 99 % interval, and the forwarder's own counter agrees.
+#[test]
+fn loss_of_1_percent_over_10000_packets_is_within_the_binomial_99_percent_interval() {
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("two-hosts.toml", "l");
+    // Warm up the neighbour caches before loss can hit ARP.
+    assert!(lab
+        .exec("h1", &["ping", "-c", "2", "-i", "0.05", "10.77.0.2"])
+        .status
+        .success());
+    vantage_ok(&[
+        "lab",
+        "set",
+        "--lab",
+        &lab.name,
+        "--direction",
+        "forward",
+        "h1-h2",
+        "loss=1%",
+    ]);
+    const SENT: f64 = 10_000.0;
+    // 0.3 ms apart: 3 s of sending, bounded by the count.
+    let ping = lab.exec(
+        "h1",
+        &[
+            "ping",
+            "-q",
+            "-c",
+            "10000",
+            "-i",
+            "0.0003",
+            "-W",
+            "1",
+            "10.77.0.2",
+        ],
+    );
+    let text = String::from_utf8_lossy(&ping.stdout);
+    let received: f64 = text
+        .split(" received")
+        .next()
+        .and_then(|s| s.rsplit(", ").next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("cannot read ping summary: {text}"));
+    let lost = SENT - received;
+    // Binomial(10000, 0.01): mean 100, sd 9.95; 99 % two-sided ≈ mean ± 2.576 sd.
+    let (mean, sd) = (SENT * 0.01, (SENT * 0.01 * 0.99_f64).sqrt());
+    let (low, high) = (mean - 2.576 * sd, mean + 2.576 * sd);
+    assert!(
+        (low..=high).contains(&lost),
+        "lost {lost} of {SENT}, 99 % interval {low:.0}..{high:.0}"
+    );
+    let status = lab.status_json();
+    let forward = &status["counters"][0]["forward"];
+    let dropped = forward["dropped_random_loss"].as_f64().unwrap();
+    let seen = forward["received"].as_f64().unwrap();
+    assert!(seen >= SENT, "forwarder saw {seen} packets");
+    assert!(
+        dropped >= lost - 1.0 && dropped <= lost + 1.0,
+        "forwarder dropped {dropped}, ping lost {lost}"
+    );
+}
+
+/// `lab set` changes a running lab: same forwarder, new delay, and back; bad values are refused.
+#[test]
+fn live_set_changes_impairments_without_teardown() {
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("two-hosts.toml", "v");
+    let median_rtt = |lab: &LabGuard| {
+        let ping = lab.exec(
+            "h1",
+            &["ping", "-c", "20", "-i", "0.02", "-W", "2", "10.77.0.2"],
+        );
+        median(&mut ping_rtts_ms(&ping))
+    };
+    let pid_before = lab.status_json()["state"]["forwarder_pid"].clone();
+    assert!(median_rtt(&lab) < 5.0);
+    lab.set(
+        "h1-h2",
+        &["delay=10ms", "jitter=1ms", "jitter_distribution=normal"],
+    );
+    let delayed = median_rtt(&lab);
+    assert!(
+        (18.0..=23.0).contains(&delayed),
+        "median {delayed} ms after delay=10ms each way"
+    );
+    lab.set("h1-h2", &["delay=0ms", "jitter=0ms"]);
+    assert!(median_rtt(&lab) < 5.0);
+    let status = lab.status_json();
+    assert_eq!(
+        status["state"]["forwarder_pid"], pid_before,
+        "forwarder was restarted"
+    );
+    assert_eq!(status["forwarder_alive"], true);
+
+    let refused = vantage(&["lab", "set", "--lab", &lab.name, "h1-h2", "loss=5x"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("loss=5x: \"5x\" is not a percentage"),
+        "{stderr}"
+    );
+    let unknown = vantage(&["lab", "set", "--lab", &lab.name, "nolink", "loss=1%"]);
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no link named nolink"));
+}
+
+/// A lab that fails halfway removes what it created, keeps what it did not, and names the step.
+#[test]
+fn failure_halfway_removes_what_was_made_and_names_the_step() {
+    require_root();
+    let _serial = serial();
+    let name = unique_lab("f");
+    let squatter = format!("vl-{name}-h2");
+    struct Squatter(String);
+    impl Drop for Squatter {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    assert!(Command::new("ip")
+        .args(["netns", "add", &squatter])
+        .status()
+        .unwrap()
+        .success());
+    let _squatter = Squatter(squatter.clone());
+    let _guard = LabGuard { name: name.clone() };
+    let output = vantage(&["lab", "up", &scenario("two-hosts.toml"), "--name", &name]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("create namespace {squatter} for node h2"))
+            && stderr.contains("removed"),
+        "{stderr}"
+    );
+    let remaining: Vec<String> = netns_names()
+        .into_iter()
+        .filter(|n| n.contains(&name))
+        .collect();
+    assert_eq!(
+        remaining,
+        vec![squatter],
+        "only the pre-existing namespace may remain"
+    );
+    assert!(!PathBuf::from(format!("/run/vantage-lab/{name}")).exists());
+}
+
+/// `lab exec` passes the exit code through; `lab gc` removes a lab whose forwarder died.
+#[test]
+fn exec_passes_exit_codes_and_gc_removes_dead_labs() {
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("two-hosts.toml", "g");
+    assert_eq!(
+        lab.exec("h2", &["sh", "-c", "exit 7"]).status.code(),
+        Some(7)
+    );
+    assert_eq!(lab.exec("h1", &["true"]).status.code(), Some(0));
+    let pid = lab.status_json()["state"]["forwarder_pid"]
+        .as_u64()
+        .unwrap();
+    assert!(Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let status = vantage_ok(&["lab", "status", &lab.name]);
+    assert!(status.contains("NOT RUNNING"), "{status}");
+    let gc = vantage_ok(&["lab", "gc"]);
+    assert!(gc.contains(&lab.name), "{gc}");
+    assert!(netns_names().iter().all(|n| !n.contains(&lab.name)));
+}
+
+/// Without root the lab refuses clearly; bad topologies are refused with the field path.
+#[test]
+fn refusals_say_why() {
+    require_root();
+    let _serial = serial();
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(vantage_bin())
+        .args([
+            "lab",
+            "up",
+            &scenario("two-hosts.toml"),
+            "--name",
+            &unique_lab("r"),
+        ])
+        .output()
+        .expect("setpriv");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("needs root"), "{stderr}");
+
+    let bad = std::env::temp_dir().join(format!("vantage-lab-bad-{}.toml", std::process::id()));
+    let text = std::fs::read_to_string(scenario("two-hosts.toml")).unwrap()
+        + "forward = { loss = \"5x\" }\n";
+    std::fs::write(&bad, text).unwrap();
+    let output = vantage(&["lab", "up", bad.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&bad);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("links[0].forward.loss: \"5x\" is not a percentage"),
+        "{stderr}"
+    );
+}
+
+/// Seed 000's incidents switch on and off live: the extra hop reroutes (RTT +4 ms), the tunnel
+/// lowers the MTU, the duplex mismatch loses packets in one direction only.
+#[test]
+fn gigabit_app_incidents_switch_on_and_off() {
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("gigabit-app.toml", "i");
+    let patient = "10.77.4.2";
+    let median_rtt = |lab: &LabGuard| {
+        let ping = lab.exec(
+            "therapist",
+            &["ping", "-c", "40", "-i", "0.01", "-W", "2", patient],
+        );
+        median(&mut ping_rtts_ms(&ping))
+    };
+    let incident = |name: &str, state: &str| {
+        vantage_ok(&["lab", "incident", "--lab", &lab.name, name, state]);
+    };
+    let base = median_rtt(&lab);
+    assert!(
+        (5.0..7.5).contains(&base),
+        "base RTT {base} ms: 5 ms configured plus ten forwarder passes"
+    );
+
+    incident("extra-hop", "on");
+    let rerouted = median_rtt(&lab);
+    assert!(
+        (rerouted - base - 4.0).abs() < 1.5,
+        "extra hop: {rerouted} ms vs base {base} ms"
+    );
+    let routes = lab.exec("campus-border", &["ip", "route", "get", patient]);
+    assert!(
+        String::from_utf8_lossy(&routes.stdout).contains("dev detour-in"),
+        "{routes:?}"
+    );
+    incident("extra-hop", "off");
+    assert!((median_rtt(&lab) - base).abs() < 1.5);
+
+    let big_ping = |lab: &LabGuard| {
+        lab.exec(
+            "therapist",
+            &[
+                "ping", "-c", "1", "-W", "2", "-M", "do", "-s", "1472", patient,
+            ],
+        )
+    };
+    assert!(
+        big_ping(&lab).status.success(),
+        "1500-byte packets pass before the tunnel"
+    );
+    incident("tunnel", "on");
+    let refused = big_ping(&lab);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("mtu=1400"),
+        "{refused:?}"
+    );
+    incident("tunnel", "off");
+    assert!(
+        big_ping(&lab).status.success(),
+        "MTU restored after the tunnel"
+    );
+
+    incident("duplex-mismatch", "on");
+    let lossy = lab.exec(
+        "therapist",
+        &["ping", "-q", "-c", "400", "-i", "0.002", "-W", "1", patient],
+    );
+    let summary = String::from_utf8_lossy(&lossy.stdout);
+    let status = lab.status_json();
+    let core = status["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["link"] == "campus-core")
+        .expect("campus-core counters")
+        .clone();
+    let forward_drops = core["forward"]["dropped_burst_loss"].as_u64().unwrap()
+        + core["forward"]["dropped_random_loss"].as_u64().unwrap();
+    let reverse_drops = core["reverse"]["dropped_burst_loss"].as_u64().unwrap()
+        + core["reverse"]["dropped_random_loss"].as_u64().unwrap();
+    // Configured mean ≈ 2 % + bursts of 90 % loss 14 % of the time ≈ 14 %.
+    assert!(
+        forward_drops >= 20,
+        "forward drops {forward_drops}: {summary}"
+    );
+    assert_eq!(reverse_drops, 0, "the mismatch is one-directional");
+    incident("duplex-mismatch", "off");
+    let active = lab.status_json()["state"]["active_incidents"].clone();
+    assert_eq!(active, serde_json::json!([]));
+}
+
+/// Duplication, corruption and reordering happen on the wire, as receivers see them.
+#[test]
+fn duplication_corruption_and_reordering_reach_the_wire() {
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("two-hosts.toml", "w");
+    let forward = |settings: &[&str]| {
+        let mut args = vec![
+            "lab",
+            "set",
+            "--lab",
+            &lab.name,
+            "--direction",
+            "forward",
+            "h1-h2",
+        ];
+        args.extend_from_slice(settings);
+        vantage_ok(&args);
+    };
+    forward(&["duplicate=100%"]);
+    let ping = lab.exec(
+        "h1",
+        &["ping", "-c", "10", "-i", "0.02", "-W", "1", "10.77.0.2"],
+    );
+    let text = String::from_utf8_lossy(&ping.stdout);
+    // ping stops at its 10th reply, so the last duplicate may arrive after it has quit.
+    assert!(
+        text.contains("+10 duplicates") || text.contains("+9 duplicates"),
+        "{text}"
+    );
+    let duplicated = lab.status_json()["counters"][0]["forward"]["duplicated"]
+        .as_u64()
+        .unwrap();
+    assert!(duplicated >= 10, "duplicated {duplicated}");
+
+    forward(&["duplicate=0%", "corrupt=100%"]);
+    let ping = lab.exec(
+        "h1",
+        &["ping", "-c", "10", "-i", "0.02", "-W", "1", "10.77.0.2"],
+    );
+    assert!(
+        ping_rtts_ms(&ping).is_empty(),
+        "corrupted requests must not be answered: {ping:?}"
+    );
+    let corrupted = lab.status_json()["counters"][0]["forward"]["corrupted"]
+        .as_u64()
+        .unwrap();
+    assert!(corrupted >= 10, "corrupted {corrupted}");
+
+    forward(&["corrupt=0%", "delay=10ms", "reorder=50%"]);
+    let ping = lab.exec(
+        "h1",
+        &["ping", "-c", "40", "-i", "0.001", "-W", "2", "10.77.0.2"],
+    );
+    let rtts = ping_rtts_ms(&ping);
+    let overtaking = rtts.iter().filter(|&&r| r < 5.0).count();
+    let delayed = rtts.iter().filter(|&&r| r >= 10.0).count();
+    assert!(
+        overtaking >= 5 && delayed >= 5,
+        "{overtaking} fast, {delayed} delayed: {rtts:?}"
+    );
+    let reordered = lab.status_json()["counters"][0]["forward"]["reordered"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        reordered as usize, overtaking,
+        "every fast reply is a reordered request"
+    );
+}
+
+/// SIGTERM in the middle of `lab up` stops it between steps and removes what it had built.
+#[test]
+fn signal_during_up_rolls_back() {
+    require_root();
+    let _serial = serial();
+    let name = unique_lab("k");
+    let _guard = LabGuard { name: name.clone() };
+    let child = Command::new(vantage_bin())
+        .args(["lab", "up", &scenario("cloud-zones.toml"), "--name", &name])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lab up");
+    // The emulator namespace is the first thing built; the 15 nodes and 18 links take longer.
+    let emulator = format!("vl-{name}_emu");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !netns_names().contains(&emulator) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lab up never started building"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "lab up finished before the signal: {stderr}"
+    );
+    assert!(stderr.contains("interrupted by a signal"), "{stderr}");
+    let remaining: Vec<String> = netns_names()
+        .into_iter()
+        .filter(|n| n.contains(&name))
+        .collect();
+    assert!(remaining.is_empty(), "left behind: {remaining:?}");
+    assert!(!PathBuf::from(format!("/run/vantage-lab/{name}")).exists());
+}

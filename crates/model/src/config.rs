@@ -1,0 +1,1491 @@
+//! Declarative measurement configuration (`vantage config apply FILE`).
+//!
+//! A configuration names **groups** of agents, **tests** (what is measured and
+//! with which parameters), **tasks** (a test run over a group on a schedule),
+//! **archivers** (where results go) and **segments** (shared links or uplinks
+//! that tests crossing them contend for). The vocabulary follows perfSONAR's
+//! pScheduler (PRODUCT.md); the file format is documented in `docs/config.md`.
+//!
+//! Loading is two steps, both pure:
+//! 1. [`parse_config`] turns TOML or JSON text into a [`MeasurementConfig`]
+//!    (the file's shape, strings kept as written); unknown fields are refused
+//!    with the path of the offending field.
+//! 2. [`validate`] checks meaning (references, units, per-test parameters) and
+//!    returns a [`ValidatedConfig`] with parsed values, or *every* problem
+//!    found, each with its path such as `tasks[2].every`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::units::{parse_bytes, parse_duration, parse_rate_bps};
+
+// ---------------------------------------------------------------------------
+// File shape
+// ---------------------------------------------------------------------------
+
+/// A configuration file as written (TOML or JSON). See `docs/config.md`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasurementConfig {
+    #[serde(default)]
+    pub groups: Vec<GroupConfig>,
+    #[serde(default)]
+    pub tests: Vec<TestConfig>,
+    #[serde(default)]
+    pub tasks: Vec<TaskConfig>,
+    #[serde(default)]
+    pub archivers: Vec<ArchiverConfig>,
+    #[serde(default)]
+    pub segments: Vec<SegmentConfig>,
+}
+
+/// How a group turns its members into agent pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    /// Every unordered pair {a, b} of `members` (a ≠ b), each pair once;
+    /// the task's `directions` decides whether both directions are measured.
+    Mesh,
+    /// Every pair (a, b) with a from `a` and b from `b` (A×B), a ≠ b.
+    Disjoint,
+    /// Exactly the pairs listed in `pairs`, as `[from, to]` agent names.
+    List,
+}
+
+/// A named set of agent pairs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    pub name: String,
+    pub kind: GroupKind,
+    /// `mesh`: member selectors (agent names, `key=value` tag selectors, or `*`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<String>,
+    /// `disjoint`: selectors of side A.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub a: Vec<String>,
+    /// `disjoint`: selectors of side B.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub b: Vec<String>,
+    /// `list`: explicit `[from, to]` agent-name pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<Vec<String>>,
+}
+
+/// A test definition: its type and parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestConfig {
+    pub name: String,
+    /// `latency`, `throughput` or `capacity`.
+    #[serde(rename = "type")]
+    pub test_type: String,
+    /// Parameters in the CLI's vocabulary (`count`, `interval = "100ms"`, `duration = "10s"` …);
+    /// the accepted keys per type are listed in `docs/config.md`.
+    #[serde(default)]
+    pub spec: Map<String, Value>,
+    /// Overrides how runs of this test claim agents' interfaces and segments
+    /// (`exclusive`, `shared`, `background`); the default depends on the type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingClass>,
+}
+
+/// Which directions of a pair a task measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Directions {
+    /// One run per pair, from the first agent of the pair to the second
+    /// (round-trip tests such as latency need no more).
+    One,
+    /// Two runs per pair: forward and the other direction.
+    Both,
+}
+
+/// A test run over a group on a schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskConfig {
+    pub name: String,
+    /// Name of a test in `tests`.
+    pub test: String,
+    /// Name of a group in `groups`.
+    pub group: String,
+    /// Period, a DUR such as `60s` or `1h`.
+    pub every: String,
+    /// Start offset of the first occurrence after the Unix epoch modulo `every` (DUR, default 0s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<String>,
+    /// Randomised slip: a run may start up to this long after its nominal time
+    /// (DUR, default 0s); keeps meshes from firing in lockstep and is the room the
+    /// scheduler searches for a conflict-free slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slip: Option<String>,
+    /// Higher priorities are placed first (default 0).
+    #[serde(default)]
+    pub priority: i32,
+    /// Campaigns (exclusive tests) only: pause between rounds (DUR, default 0s),
+    /// room in which shared tests such as a latency mesh can run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_gap: Option<String>,
+    /// Default `one` for `shared`/`background` tests, `both` for `exclusive` ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directions: Option<Directions>,
+    /// Archiver names; empty means every archiver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub archivers: Vec<String>,
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Where results go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArchiverKind {
+    /// The server's own archive (SQLite or PostgreSQL).
+    Database,
+    /// Append one JSON document per line to `path` on the server.
+    File,
+    /// POST each result as JSON to `url`.
+    Http,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiverConfig {
+    pub name: String,
+    pub kind: ArchiverKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// Which runs use a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentKind {
+    /// An uplink the members sit behind: used by runs with exactly one endpoint
+    /// behind it (traffic between two members stays inside and does not cross it).
+    #[default]
+    Uplink,
+    /// A shared medium (LAN, Wi-Fi cell, tunnel): used by every run with at
+    /// least one endpoint on it.
+    Shared,
+}
+
+/// A declared shared resource that tests crossing it contend for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentConfig {
+    pub name: String,
+    #[serde(default)]
+    pub kind: SegmentKind,
+    /// Selectors of the agents behind / on the segment. Agents with the tag
+    /// `segment=<name>` are members as well.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Nominal capacity, a BPS such as `1G` (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<String>,
+}
+
+// ---------------------------------------------------------------------------
+// Validated form
+// ---------------------------------------------------------------------------
+
+/// One problem in a configuration: the path of the bad field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigError {
+    /// Such as `tasks[2].every` or `tests[0].spec.count`; `.` for the whole document.
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Picks agents by name or by tag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selector {
+    /// `*`: every agent.
+    All,
+    /// A bare word: the agent of that name.
+    Agent(String),
+    /// `key=value`: agents whose tag `key` equals `value`.
+    Tag { key: String, value: String },
+}
+
+impl Selector {
+    /// Parses `*`, `name` or `key=value`.
+    pub fn parse(text: &str) -> Result<Selector, String> {
+        let text = text.trim();
+        if text == "*" {
+            return Ok(Selector::All);
+        }
+        match text.split_once('=') {
+            Some((key, value)) => {
+                let (key, value) = (key.trim(), value.trim());
+                if key.is_empty() || value.is_empty() {
+                    Err(format!(
+                        "tag selector '{text}' needs both a key and a value (key=value)"
+                    ))
+                } else {
+                    Ok(Selector::Tag {
+                        key: key.to_string(),
+                        value: value.to_string(),
+                    })
+                }
+            }
+            None if text.is_empty() => Err("empty selector".to_string()),
+            None if text.chars().any(char::is_whitespace) => {
+                Err(format!("agent name '{text}' contains whitespace"))
+            }
+            None => Ok(Selector::Agent(text.to_string())),
+        }
+    }
+
+    pub fn matches(&self, agent_name: &str, agent_tags: &BTreeMap<String, String>) -> bool {
+        match self {
+            Selector::All => true,
+            Selector::Agent(name) => name == agent_name,
+            Selector::Tag { key, value } => agent_tags.get(key) == Some(value),
+        }
+    }
+}
+
+/// True when any of `selectors` matches the agent.
+pub fn any_matches(
+    selectors: &[Selector],
+    agent_name: &str,
+    agent_tags: &BTreeMap<String, String>,
+) -> bool {
+    selectors
+        .iter()
+        .any(|selector| selector.matches(agent_name, agent_tags))
+}
+
+/// A group's members, resolved against live agents by the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupMembers {
+    Mesh(Vec<Selector>),
+    Disjoint {
+        a: Vec<Selector>,
+        b: Vec<Selector>,
+    },
+    /// Explicit `(from, to)` agent names.
+    List(Vec<(String, String)>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub name: String,
+    pub members: GroupMembers,
+}
+
+/// The measurements the configuration language knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestType {
+    Latency,
+    Throughput,
+    Capacity,
+}
+
+impl TestType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TestType::Latency => "latency",
+            TestType::Throughput => "throughput",
+            TestType::Capacity => "capacity",
+        }
+    }
+
+    fn parse(text: &str) -> Option<TestType> {
+        [TestType::Latency, TestType::Throughput, TestType::Capacity]
+            .into_iter()
+            .find(|test_type| test_type.as_str() == text)
+    }
+
+    /// pScheduler's convention: bulk transfers must not overlap each other or
+    /// anything else on the same interface; light probes can share.
+    pub fn default_scheduling(self) -> SchedulingClass {
+        match self {
+            TestType::Latency => SchedulingClass::Shared,
+            TestType::Throughput | TestType::Capacity => SchedulingClass::Exclusive,
+        }
+    }
+}
+
+/// How a run claims the interfaces of its two agents and the segments it crosses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchedulingClass {
+    /// Holds its resources alone: overlaps no other exclusive or shared run.
+    Exclusive,
+    /// Overlaps other shared runs, never an exclusive one.
+    Shared,
+    /// Claims nothing: runs alongside anything (light, long-running probes
+    /// whose results are meant to include the effect of other tests).
+    Background,
+}
+
+/// A validated test definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestDef {
+    pub name: String,
+    pub test_type: TestType,
+    /// Parameters with every default the reservation depends on filled in, in
+    /// the CLI's vocabulary (DUR/BPS/size strings as written). Agents run
+    /// exactly this, so the run fits the time the scheduler reserved for it.
+    pub spec: Value,
+    pub scheduling: SchedulingClass,
+    /// How long the scheduler reserves resources for one run (test time plus
+    /// a setup guard, or the `reserve` parameter when given).
+    pub reserve: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub name: String,
+    pub test: String,
+    pub group: String,
+    pub every: Duration,
+    pub offset: Duration,
+    pub slip: Duration,
+    pub priority: i32,
+    pub round_gap: Duration,
+    pub directions: Directions,
+    /// Archiver names (all archivers when the file listed none).
+    pub archivers: Vec<String>,
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArchiverTarget {
+    Database,
+    File { path: String },
+    Http { url: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archiver {
+    pub name: String,
+    pub target: ArchiverTarget,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub name: String,
+    pub kind: SegmentKind,
+    pub members: Vec<Selector>,
+    pub capacity_bps: Option<u64>,
+}
+
+impl Segment {
+    /// Members are matched by the selectors or by the tag `segment=<name>`.
+    pub fn contains(&self, agent_name: &str, agent_tags: &BTreeMap<String, String>) -> bool {
+        agent_tags.get("segment") == Some(&self.name)
+            || any_matches(&self.members, agent_name, agent_tags)
+    }
+
+    /// Whether a run between these two endpoints uses the segment.
+    pub fn used_by(&self, first_is_member: bool, second_is_member: bool) -> bool {
+        match self.kind {
+            SegmentKind::Uplink => first_is_member != second_is_member,
+            SegmentKind::Shared => first_is_member || second_is_member,
+        }
+    }
+}
+
+/// A configuration whose references, units and parameters are all valid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedConfig {
+    pub groups: Vec<Group>,
+    pub tests: Vec<TestDef>,
+    pub tasks: Vec<Task>,
+    pub archivers: Vec<Archiver>,
+    pub segments: Vec<Segment>,
+}
+
+impl ValidatedConfig {
+    pub fn test(&self, name: &str) -> Option<&TestDef> {
+        self.tests.iter().find(|test| test.name == name)
+    }
+
+    pub fn group(&self, name: &str) -> Option<&Group> {
+        self.groups.iter().find(|group| group.name == name)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------
+
+/// File formats `vantage config apply` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigFormat {
+    Toml,
+    Json,
+}
+
+impl ConfigFormat {
+    /// By extension: `.toml` or `.json`.
+    pub fn from_file_name(file_name: &str) -> Result<ConfigFormat, ConfigError> {
+        let lower = file_name.to_ascii_lowercase();
+        if lower.ends_with(".toml") {
+            Ok(ConfigFormat::Toml)
+        } else if lower.ends_with(".json") {
+            Ok(ConfigFormat::Json)
+        } else {
+            Err(ConfigError::new(
+                ".",
+                format!("cannot tell the format of '{file_name}': use a .toml or .json file"),
+            ))
+        }
+    }
+}
+
+/// Parses configuration text; a structural error (syntax, wrong type, unknown
+/// field) is reported with the path of the field where it happened.
+pub fn parse_config(text: &str, format: ConfigFormat) -> Result<MeasurementConfig, ConfigError> {
+    let path_error = |path: &serde_path_to_error::Path, message: String| {
+        ConfigError::new(path.to_string(), message)
+    };
+    match format {
+        ConfigFormat::Toml => {
+            let deserializer = toml::Deserializer::new(text);
+            serde_path_to_error::deserialize(deserializer).map_err(|error| {
+                let message = error.inner().message().to_string();
+                let message = match error.inner().span() {
+                    Some(span) => {
+                        let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                        format!("{message} (line {line})")
+                    }
+                    None => message,
+                };
+                path_error(error.path(), message)
+            })
+        }
+        ConfigFormat::Json => {
+            let mut deserializer = serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(&mut deserializer)
+                .map_err(|error| path_error(error.path(), error.inner().to_string()))
+        }
+    }
+}
+
+/// Parses and validates in one step, the usual entry point for files.
+pub fn load_config(
+    file_name: &str,
+    text: &str,
+) -> Result<(MeasurementConfig, ValidatedConfig), Vec<ConfigError>> {
+    let format = ConfigFormat::from_file_name(file_name).map_err(|error| vec![error])?;
+    let config = parse_config(text, format).map_err(|error| vec![error])?;
+    let validated = validate(&config)?;
+    Ok((config, validated))
+}
+
+// ---------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------
+
+/// Checks a parsed configuration; returns every problem found, not just the first.
+pub fn validate(config: &MeasurementConfig) -> Result<ValidatedConfig, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+
+    let groups: Vec<Group> = config
+        .groups
+        .iter()
+        .enumerate()
+        .filter_map(|(index, group)| {
+            validate_group(&format!("groups[{index}]"), group, &mut errors)
+        })
+        .collect();
+    let tests: Vec<TestDef> = config
+        .tests
+        .iter()
+        .enumerate()
+        .filter_map(|(index, test)| validate_test(&format!("tests[{index}]"), test, &mut errors))
+        .collect();
+    let archivers: Vec<Archiver> = config
+        .archivers
+        .iter()
+        .enumerate()
+        .filter_map(|(index, archiver)| {
+            validate_archiver(&format!("archivers[{index}]"), archiver, &mut errors)
+        })
+        .collect();
+    let segments: Vec<Segment> = config
+        .segments
+        .iter()
+        .enumerate()
+        .filter_map(|(index, segment)| {
+            validate_segment(&format!("segments[{index}]"), segment, &mut errors)
+        })
+        .collect();
+
+    check_unique_names("groups", config.groups.iter().map(|g| &g.name), &mut errors);
+    check_unique_names("tests", config.tests.iter().map(|t| &t.name), &mut errors);
+    check_unique_names("tasks", config.tasks.iter().map(|t| &t.name), &mut errors);
+    check_unique_names(
+        "archivers",
+        config.archivers.iter().map(|a| &a.name),
+        &mut errors,
+    );
+    check_unique_names(
+        "segments",
+        config.segments.iter().map(|s| &s.name),
+        &mut errors,
+    );
+
+    let context = TaskContext {
+        group_names: config.groups.iter().map(|g| g.name.as_str()).collect(),
+        archiver_names: config.archivers.iter().map(|a| a.name.as_str()).collect(),
+        tests: &tests,
+        test_names: config.tests.iter().map(|t| t.name.as_str()).collect(),
+    };
+    let tasks: Vec<Task> = config
+        .tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(index, task)| {
+            validate_task(&format!("tasks[{index}]"), task, &context, &mut errors)
+        })
+        .collect();
+
+    if errors.is_empty() {
+        Ok(ValidatedConfig {
+            groups,
+            tests,
+            tasks,
+            archivers,
+            segments,
+        })
+    } else {
+        Err(errors)
+    }
+}
+
+fn check_unique_names<'a>(
+    section: &str,
+    names: impl Iterator<Item = &'a String>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let mut seen = BTreeSet::new();
+    for (index, name) in names.enumerate() {
+        if !seen.insert(name.as_str()) {
+            errors.push(ConfigError::new(
+                format!("{section}[{index}].name"),
+                format!("duplicate name '{name}' (names must be unique within {section})"),
+            ));
+        }
+    }
+}
+
+/// Names are used in run ids and URLs: keep them to a safe alphabet.
+fn check_name(path: &str, name: &str, errors: &mut Vec<ConfigError>) -> bool {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !valid {
+        errors.push(ConfigError::new(
+            format!("{path}.name"),
+            format!("invalid name '{name}': use 1-64 characters from a-z, A-Z, 0-9, '-', '_', '.'"),
+        ));
+    }
+    valid
+}
+
+fn parse_selectors(path: &str, texts: &[String], errors: &mut Vec<ConfigError>) -> Vec<Selector> {
+    texts
+        .iter()
+        .enumerate()
+        .filter_map(|(index, text)| match Selector::parse(text) {
+            Ok(selector) => Some(selector),
+            Err(message) => {
+                errors.push(ConfigError::new(format!("{path}[{index}]"), message));
+                None
+            }
+        })
+        .collect()
+}
+
+fn validate_group(path: &str, group: &GroupConfig, errors: &mut Vec<ConfigError>) -> Option<Group> {
+    let before = errors.len();
+    check_name(path, &group.name, errors);
+    let unused_field = |field: &str, used: bool, errors: &mut Vec<ConfigError>| {
+        if used {
+            errors.push(ConfigError::new(
+                format!("{path}.{field}"),
+                format!(
+                    "'{field}' does not apply to a {kind:?} group",
+                    kind = group.kind
+                ),
+            ));
+        }
+    };
+    let require_nonempty = |field: &str, empty: bool, errors: &mut Vec<ConfigError>| {
+        if empty {
+            errors.push(ConfigError::new(
+                format!("{path}.{field}"),
+                format!(
+                    "a {kind:?} group needs a non-empty '{field}'",
+                    kind = group.kind
+                ),
+            ));
+        }
+    };
+    let members = match group.kind {
+        GroupKind::Mesh => {
+            unused_field("a", !group.a.is_empty(), errors);
+            unused_field("b", !group.b.is_empty(), errors);
+            unused_field("pairs", !group.pairs.is_empty(), errors);
+            require_nonempty("members", group.members.is_empty(), errors);
+            GroupMembers::Mesh(parse_selectors(
+                &format!("{path}.members"),
+                &group.members,
+                errors,
+            ))
+        }
+        GroupKind::Disjoint => {
+            unused_field("members", !group.members.is_empty(), errors);
+            unused_field("pairs", !group.pairs.is_empty(), errors);
+            require_nonempty("a", group.a.is_empty(), errors);
+            require_nonempty("b", group.b.is_empty(), errors);
+            GroupMembers::Disjoint {
+                a: parse_selectors(&format!("{path}.a"), &group.a, errors),
+                b: parse_selectors(&format!("{path}.b"), &group.b, errors),
+            }
+        }
+        GroupKind::List => {
+            unused_field("members", !group.members.is_empty(), errors);
+            unused_field("a", !group.a.is_empty(), errors);
+            unused_field("b", !group.b.is_empty(), errors);
+            require_nonempty("pairs", group.pairs.is_empty(), errors);
+            let mut pairs = Vec::new();
+            for (index, pair) in group.pairs.iter().enumerate() {
+                let pair_path = format!("{path}.pairs[{index}]");
+                match pair.as_slice() {
+                    [from, to] => {
+                        let parsed = (Selector::parse(from), Selector::parse(to));
+                        match parsed {
+                            (Ok(Selector::Agent(from)), Ok(Selector::Agent(to))) if from != to => {
+                                pairs.push((from, to))
+                            }
+                            (Ok(Selector::Agent(_)), Ok(Selector::Agent(_))) => errors.push(
+                                ConfigError::new(pair_path, "a pair needs two different agents"),
+                            ),
+                            _ => errors.push(ConfigError::new(
+                                pair_path,
+                                "list pairs name agents directly (no '*' or key=value selectors)",
+                            )),
+                        }
+                    }
+                    _ => errors.push(ConfigError::new(
+                        pair_path,
+                        format!("a pair is [from, to]; got {} names", pair.len()),
+                    )),
+                }
+            }
+            GroupMembers::List(pairs)
+        }
+    };
+    (errors.len() == before).then(|| Group {
+        name: group.name.clone(),
+        members,
+    })
+}
+
+fn validate_archiver(
+    path: &str,
+    archiver: &ArchiverConfig,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Archiver> {
+    let before = errors.len();
+    check_name(path, &archiver.name, errors);
+    let mut misplaced = |field: &str| {
+        errors.push(ConfigError::new(
+            format!("{path}.{field}"),
+            format!("'{field}' does not apply to a {:?} archiver", archiver.kind),
+        ))
+    };
+    let target = match archiver.kind {
+        ArchiverKind::Database => {
+            if archiver.path.is_some() {
+                misplaced("path");
+            }
+            if archiver.url.is_some() {
+                misplaced("url");
+            }
+            ArchiverTarget::Database
+        }
+        ArchiverKind::File => {
+            if archiver.url.is_some() {
+                misplaced("url");
+            }
+            match archiver.path.as_deref().map(str::trim) {
+                Some(file_path) if !file_path.is_empty() => ArchiverTarget::File {
+                    path: file_path.to_string(),
+                },
+                _ => {
+                    errors.push(ConfigError::new(
+                        format!("{path}.path"),
+                        "a file archiver needs a non-empty 'path'",
+                    ));
+                    return None;
+                }
+            }
+        }
+        ArchiverKind::Http => {
+            if archiver.path.is_some() {
+                misplaced("path");
+            }
+            match archiver.url.as_deref() {
+                Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                    ArchiverTarget::Http {
+                        url: url.to_string(),
+                    }
+                }
+                other => {
+                    errors.push(ConfigError::new(
+                        format!("{path}.url"),
+                        format!(
+                            "an http archiver needs a 'url' starting with http:// or https:// (got {})",
+                            other.map_or("nothing".to_string(), |url| format!("'{url}'"))
+                        ),
+                    ));
+                    return None;
+                }
+            }
+        }
+    };
+    (errors.len() == before).then(|| Archiver {
+        name: archiver.name.clone(),
+        target,
+    })
+}
+
+fn validate_segment(
+    path: &str,
+    segment: &SegmentConfig,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Segment> {
+    let before = errors.len();
+    check_name(path, &segment.name, errors);
+    let members = parse_selectors(&format!("{path}.members"), &segment.members, errors);
+    let capacity_bps = segment.capacity.as_deref().and_then(|text| {
+        parse_rate_bps(text)
+            .map_err(|error| {
+                errors.push(ConfigError::new(
+                    format!("{path}.capacity"),
+                    error.to_string(),
+                ))
+            })
+            .ok()
+    });
+    (errors.len() == before).then(|| Segment {
+        name: segment.name.clone(),
+        kind: segment.kind,
+        members,
+        capacity_bps,
+    })
+}
+
+struct TaskContext<'a> {
+    group_names: BTreeSet<&'a str>,
+    archiver_names: BTreeSet<&'a str>,
+    test_names: BTreeSet<&'a str>,
+    tests: &'a [TestDef],
+}
+
+fn parse_duration_field(
+    path: &str,
+    field: &str,
+    text: Option<&str>,
+    errors: &mut Vec<ConfigError>,
+) -> Duration {
+    match text {
+        None => Duration::ZERO,
+        Some(text) => parse_duration(text).unwrap_or_else(|error| {
+            errors.push(ConfigError::new(
+                format!("{path}.{field}"),
+                error.to_string(),
+            ));
+            Duration::ZERO
+        }),
+    }
+}
+
+fn validate_task(
+    path: &str,
+    task: &TaskConfig,
+    context: &TaskContext<'_>,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Task> {
+    let before = errors.len();
+    check_name(path, &task.name, errors);
+    if !context.test_names.contains(task.test.as_str()) {
+        errors.push(ConfigError::new(
+            format!("{path}.test"),
+            format!("no test named '{}' in tests", task.test),
+        ));
+    }
+    if !context.group_names.contains(task.group.as_str()) {
+        errors.push(ConfigError::new(
+            format!("{path}.group"),
+            format!("no group named '{}' in groups", task.group),
+        ));
+    }
+    for (index, archiver) in task.archivers.iter().enumerate() {
+        if !context.archiver_names.contains(archiver.as_str()) {
+            errors.push(ConfigError::new(
+                format!("{path}.archivers[{index}]"),
+                format!("no archiver named '{archiver}' in archivers"),
+            ));
+        }
+    }
+    let every = parse_duration_field(path, "every", Some(&task.every), errors);
+    let offset = parse_duration_field(path, "offset", task.offset.as_deref(), errors);
+    let slip = parse_duration_field(path, "slip", task.slip.as_deref(), errors);
+    let round_gap = parse_duration_field(path, "round_gap", task.round_gap.as_deref(), errors);
+    if errors.len() == before {
+        if every < Duration::from_secs(1) {
+            errors.push(ConfigError::new(
+                format!("{path}.every"),
+                "the period must be at least 1s",
+            ));
+        }
+        if offset >= every {
+            errors.push(ConfigError::new(
+                format!("{path}.offset"),
+                format!(
+                    "the offset ({}) must be shorter than the period ({})",
+                    task.offset.as_deref().unwrap_or_default(),
+                    task.every
+                ),
+            ));
+        }
+        if slip >= every {
+            errors.push(ConfigError::new(
+                format!("{path}.slip"),
+                format!("the slip ({}) must be shorter than the period ({}), or runs of consecutive occurrences would pile up", task.slip.as_deref().unwrap_or_default(), task.every),
+            ));
+        }
+    }
+    let test = context.tests.iter().find(|test| test.name == task.test);
+    if let Some(test) = test {
+        if test.reserve > every {
+            errors.push(ConfigError::new(
+                format!("{path}.every"),
+                format!(
+                    "test '{}' reserves {:.1}s per run, longer than the period {}",
+                    test.name,
+                    test.reserve.as_secs_f64(),
+                    task.every
+                ),
+            ));
+        }
+    }
+    let directions = task.directions.unwrap_or(match test.map(|t| t.scheduling) {
+        Some(SchedulingClass::Exclusive) => Directions::Both,
+        _ => Directions::One,
+    });
+    let archivers = if task.archivers.is_empty() {
+        context
+            .archiver_names
+            .iter()
+            .map(|name| name.to_string())
+            .collect()
+    } else {
+        task.archivers.clone()
+    };
+    (errors.len() == before).then(|| Task {
+        name: task.name.clone(),
+        test: task.test.clone(),
+        group: task.group.clone(),
+        every,
+        offset,
+        slip,
+        priority: task.priority,
+        round_gap,
+        directions,
+        archivers,
+        enabled: task.enabled,
+    })
+}
+
+// ---- per-test parameters --------------------------------------------------
+
+/// What a parameter key accepts.
+#[derive(Clone, Copy)]
+enum ParamKind {
+    /// DUR string such as `100ms`.
+    Duration,
+    /// BPS string or integer bits per second.
+    Rate,
+    /// Size string such as `64K`, or an integer of bytes.
+    Bytes,
+    Integer {
+        min: u64,
+        max: u64,
+    },
+    Ratio,
+    Choice(&'static [&'static str]),
+    Text,
+}
+
+/// Seconds added to every reservation: control-connection setup and teardown,
+/// and clock offsets between the server and agents that start runs.
+const SETUP_GUARD: Duration = Duration::from_secs(1);
+
+const RESERVE_KEY: &str = "reserve";
+
+const LATENCY_PARAMS: &[(&str, ParamKind)] = &[
+    ("protocol", ParamKind::Choice(&["udp", "tcp", "icmp"])),
+    (
+        "count",
+        ParamKind::Integer {
+            min: 1,
+            max: 1_000_000,
+        },
+    ),
+    ("interval", ParamKind::Duration),
+    ("timeout", ParamKind::Duration),
+    ("size", ParamKind::Bytes),
+    ("dscp", ParamKind::Integer { min: 0, max: 63 }),
+    (RESERVE_KEY, ParamKind::Duration),
+];
+
+const THROUGHPUT_PARAMS: &[(&str, ParamKind)] = &[
+    ("tool", ParamKind::Choice(&["native", "iperf3"])),
+    ("protocol", ParamKind::Choice(&["tcp", "udp"])),
+    ("streams", ParamKind::Integer { min: 1, max: 128 }),
+    ("duration", ParamKind::Duration),
+    ("bytes", ParamKind::Bytes),
+    ("interval", ParamKind::Duration),
+    ("omit", ParamKind::Duration),
+    ("window", ParamKind::Bytes),
+    ("congestion", ParamKind::Text),
+    (
+        "mss",
+        ParamKind::Integer {
+            min: 88,
+            max: 65_535,
+        },
+    ),
+    ("pacing_rate", ParamKind::Rate),
+    ("dscp", ParamKind::Integer { min: 0, max: 63 }),
+    ("rate", ParamKind::Rate),
+    ("packet_size", ParamKind::Bytes),
+    (RESERVE_KEY, ParamKind::Duration),
+];
+
+const CAPACITY_PARAMS: &[(&str, ParamKind)] = &[
+    ("epsilon_ratio", ParamKind::Ratio),
+    ("loss_threshold_ratio", ParamKind::Ratio),
+    ("tcp_duration", ParamKind::Duration),
+    ("udp_probe_duration", ParamKind::Duration),
+    ("tcp_streams", ParamKind::Integer { min: 1, max: 128 }),
+    ("packet_size", ParamKind::Bytes),
+    (RESERVE_KEY, ParamKind::Duration),
+];
+
+/// Defaults written into the normalised spec: the values the reservation assumes.
+fn default_params(test_type: TestType) -> &'static [(&'static str, &'static str)] {
+    match test_type {
+        TestType::Latency => &[("count", "10"), ("interval", "100ms"), ("timeout", "1s")],
+        TestType::Throughput => &[("duration", "10s"), ("omit", "0s")],
+        TestType::Capacity => &[("tcp_duration", "5s"), ("udp_probe_duration", "2s")],
+    }
+}
+
+/// Upper bound of UDP probe phases in a capacity run (ramp, over-rate,
+/// verification); used only to size its reservation.
+const CAPACITY_UDP_PROBES: u32 = 8;
+
+fn check_param(path: &str, key: &str, kind: ParamKind, value: &Value) -> Result<(), ConfigError> {
+    let error = |message: String| Err(ConfigError::new(format!("{path}.{key}"), message));
+    match (kind, value) {
+        (ParamKind::Duration, Value::String(text)) => parse_duration(text)
+            .map(drop)
+            .or_else(|e| error(e.to_string())),
+        (ParamKind::Rate, Value::String(text)) => parse_rate_bps(text)
+            .map(drop)
+            .or_else(|e| error(e.to_string())),
+        (ParamKind::Rate, Value::Number(number)) => match number.as_u64() {
+            Some(bps) if bps >= 1 => Ok(()),
+            _ => error(format!(
+                "rate {number} must be a positive integer of bits/s or a BPS such as 100M"
+            )),
+        },
+        (ParamKind::Bytes, Value::String(text)) => parse_bytes(text)
+            .map(drop)
+            .or_else(|e| error(e.to_string())),
+        (ParamKind::Bytes, Value::Number(number)) => match number.as_u64() {
+            Some(_) => Ok(()),
+            None => error(format!(
+                "size {number} must be a non-negative integer of bytes or a size such as 64K"
+            )),
+        },
+        (ParamKind::Integer { min, max }, Value::Number(number)) => match number.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Ok(()),
+            _ => error(format!(
+                "{number} is out of range: expected an integer from {min} to {max}"
+            )),
+        },
+        (ParamKind::Ratio, Value::Number(number)) => match number.as_f64() {
+            Some(ratio) if (0.0..=1.0).contains(&ratio) => Ok(()),
+            _ => error(format!("{number} is not a ratio between 0 and 1")),
+        },
+        (ParamKind::Choice(choices), Value::String(text)) if choices.contains(&text.as_str()) => {
+            Ok(())
+        }
+        (ParamKind::Choice(choices), other) => {
+            error(format!("{other} is not one of {}", choices.join(", ")))
+        }
+        (ParamKind::Text, Value::String(_)) => Ok(()),
+        (kind, other) => error(format!("expected {}, got {other}", describe_kind(kind))),
+    }
+}
+
+fn describe_kind(kind: ParamKind) -> &'static str {
+    match kind {
+        ParamKind::Duration => "a duration such as \"100ms\"",
+        ParamKind::Rate => "a rate such as \"100M\"",
+        ParamKind::Bytes => "a size such as 1400 or \"64K\"",
+        ParamKind::Integer { .. } => "an integer",
+        ParamKind::Ratio => "a number between 0 and 1",
+        ParamKind::Choice(_) => "one of the listed words",
+        ParamKind::Text => "a string",
+    }
+}
+
+fn spec_duration(spec: &Map<String, Value>, key: &str) -> Duration {
+    spec.get(key)
+        .and_then(Value::as_str)
+        .and_then(|text| parse_duration(text).ok())
+        .unwrap_or_default()
+}
+
+/// Estimated test time of a validated, defaulted spec (without the setup guard).
+fn estimated_test_time(test_type: TestType, spec: &Map<String, Value>) -> Option<Duration> {
+    match test_type {
+        TestType::Latency => {
+            let count = spec.get("count").and_then(Value::as_u64).unwrap_or(1);
+            let count = u32::try_from(count).unwrap_or(u32::MAX);
+            Some(spec_duration(spec, "interval") * count + spec_duration(spec, "timeout"))
+        }
+        // A byte-bounded transfer has no knowable length: `reserve` is required then.
+        TestType::Throughput if spec.contains_key("bytes") && !spec.contains_key("duration") => {
+            None
+        }
+        TestType::Throughput => Some(spec_duration(spec, "duration") + spec_duration(spec, "omit")),
+        // Two TCP runs (one stream and several) plus the UDP probe phases.
+        TestType::Capacity => Some(
+            spec_duration(spec, "tcp_duration") * 2
+                + spec_duration(spec, "udp_probe_duration") * CAPACITY_UDP_PROBES,
+        ),
+    }
+}
+
+/// Validates one test definition on its own, e.g. the test of an app's
+/// on-demand request; error paths start with `test`.
+pub fn validate_test_config(test: &TestConfig) -> Result<TestDef, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    match validate_test("test", test, &mut errors) {
+        Some(test_def) if errors.is_empty() => Ok(test_def),
+        _ => Err(errors),
+    }
+}
+
+fn validate_test(path: &str, test: &TestConfig, errors: &mut Vec<ConfigError>) -> Option<TestDef> {
+    let before = errors.len();
+    check_name(path, &test.name, errors);
+    let Some(test_type) = TestType::parse(&test.test_type) else {
+        errors.push(ConfigError::new(
+            format!("{path}.type"),
+            format!(
+                "unknown test type '{}' (known: latency, throughput, capacity)",
+                test.test_type
+            ),
+        ));
+        return None;
+    };
+    let known = match test_type {
+        TestType::Latency => LATENCY_PARAMS,
+        TestType::Throughput => THROUGHPUT_PARAMS,
+        TestType::Capacity => CAPACITY_PARAMS,
+    };
+    let spec_path = format!("{path}.spec");
+    for (key, value) in &test.spec {
+        match known.iter().find(|(name, _)| name == key) {
+            Some((_, kind)) => {
+                if let Err(error) = check_param(&spec_path, key, *kind, value) {
+                    errors.push(error);
+                }
+            }
+            None => errors.push(ConfigError::new(
+                format!("{spec_path}.{key}"),
+                format!(
+                    "unknown {} parameter '{key}' (known: {})",
+                    test_type.as_str(),
+                    known
+                        .iter()
+                        .map(|(name, _)| *name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+    }
+    if errors.len() != before {
+        return None;
+    }
+
+    let mut spec = test.spec.clone();
+    for (key, default) in default_params(test_type) {
+        if !spec.contains_key(*key) {
+            let value = match default.parse::<u64>() {
+                Ok(number) => Value::from(number),
+                Err(_) => Value::from(*default),
+            };
+            spec.insert(key.to_string(), value);
+        }
+    }
+    if test_type == TestType::Throughput
+        && spec.contains_key("bytes")
+        && test.spec.contains_key("duration")
+    {
+        errors.push(ConfigError::new(
+            format!("{spec_path}.bytes"),
+            "give either 'duration' or 'bytes', not both",
+        ));
+        return None;
+    }
+    if test_type == TestType::Throughput && test.spec.contains_key("bytes") {
+        // The default duration must not bound a byte-bounded run.
+        spec.remove("duration");
+    }
+    let reserve = match spec.remove(RESERVE_KEY) {
+        Some(value) => value.as_str().and_then(|text| parse_duration(text).ok()),
+        None => estimated_test_time(test_type, &spec).map(|time| time + SETUP_GUARD),
+    };
+    let Some(reserve) = reserve else {
+        errors.push(ConfigError::new(
+            format!("{spec_path}.reserve"),
+            "a byte-bounded throughput test has no known length: give 'reserve' (e.g. \"30s\")",
+        ));
+        return None;
+    };
+    if reserve.is_zero() {
+        errors.push(ConfigError::new(
+            format!("{spec_path}.reserve"),
+            "the reservation must be longer than zero",
+        ));
+        return None;
+    }
+    Some(TestDef {
+        name: test.name.clone(),
+        test_type,
+        spec: Value::Object(spec),
+        scheduling: test.scheduling.unwrap_or(test_type.default_scheduling()),
+        reserve,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE_TOML: &str = include_str!("../../../docs/examples/mesh.toml");
+
+    fn errors_of(text: &str) -> Vec<ConfigError> {
+        let config = parse_config(text, ConfigFormat::Toml).expect("structurally valid");
+        validate(&config).expect_err("semantically invalid")
+    }
+
+    fn paths(errors: &[ConfigError]) -> Vec<&str> {
+        errors.iter().map(|error| error.path.as_str()).collect()
+    }
+
+    const BASE: &str = r#"
+[[groups]]
+name = "g"
+kind = "mesh"
+members = ["*"]
+
+[[tests]]
+name = "rtt"
+type = "latency"
+"#;
+
+    #[test]
+    fn documented_example_validates_with_defaults_filled_in() {
+        let (config, validated) = load_config("mesh.toml", EXAMPLE_TOML).expect("example is valid");
+        assert_eq!(config.tasks.len(), 3);
+        let rtt = validated.test("rtt").unwrap();
+        assert_eq!(rtt.scheduling, SchedulingClass::Shared);
+        // 10 x 100 ms + 1 s timeout + 1 s setup guard.
+        assert_eq!(rtt.reserve, Duration::from_secs(3));
+        let bulk = validated.test("bulk").unwrap();
+        assert_eq!(bulk.scheduling, SchedulingClass::Exclusive);
+        assert_eq!(bulk.reserve, Duration::from_secs(12));
+        let sla = validated.test("sla").unwrap();
+        assert_eq!(sla.reserve, Duration::from_secs(2 * 5 + 8 * 2 + 1));
+        let mesh = &validated.tasks[0];
+        assert_eq!(mesh.directions, Directions::One);
+        assert_eq!(mesh.every, Duration::from_secs(60));
+        assert_eq!(mesh.slip, Duration::from_secs(45));
+        assert_eq!(mesh.archivers, vec!["archive", "ops-log"]);
+        let throughput = &validated.tasks[1];
+        assert_eq!(throughput.offset, Duration::from_secs(300));
+        assert_eq!(throughput.round_gap, Duration::from_secs(4));
+        assert_eq!(throughput.priority, 10);
+        assert!(!validated.tasks[2].enabled);
+        assert_eq!(
+            validated.group("file-server-paths").unwrap().members,
+            GroupMembers::List(vec![
+                ("worker-1".into(), "file-server".into()),
+                ("worker-2".into(), "file-server".into())
+            ])
+        );
+        assert_eq!(validated.segments[0].capacity_bps, Some(10_000_000_000));
+    }
+
+    #[test]
+    fn json_and_toml_give_the_same_configuration() {
+        let from_toml = parse_config(EXAMPLE_TOML, ConfigFormat::Toml).unwrap();
+        let json = serde_json::to_string_pretty(&from_toml).unwrap();
+        let (from_json, _) = load_config("mesh.JSON", &json).unwrap();
+        assert_eq!(from_toml, from_json);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_their_path() {
+        let text = format!("{BASE}\n[[tasks]]\nname = \"t\"\ntest = \"rtt\"\ngroup = \"g\"\nevery = \"1m\"\nevry = \"2m\"\n");
+        let error = parse_config(&text, ConfigFormat::Toml).unwrap_err();
+        assert_eq!(error.path, "tasks[0].evry", "{error}");
+        assert!(error.message.contains("unknown field `evry`"), "{error}");
+        let error = parse_config(
+            r#"{"tests": [{"name": "x", "type": "latency", "colour": 1}]}"#,
+            ConfigFormat::Json,
+        )
+        .unwrap_err();
+        assert!(
+            error.path.starts_with("tests[0]") && error.message.contains("colour"),
+            "{error}"
+        );
+        let error = parse_config("[[tasks]]\nname = 5\n", ConfigFormat::Toml).unwrap_err();
+        assert_eq!(error.path, "tasks[0].name", "{error}");
+        assert!(error.message.ends_with("(line 2)"), "{error}");
+    }
+
+    #[test]
+    fn every_semantic_error_is_reported_with_its_path() {
+        let text = format!(
+            r#"{BASE}
+[[tasks]]
+name = "ok"
+test = "rtt"
+group = "g"
+every = "1m"
+
+[[tasks]]
+name = "bad"
+test = "nope"
+group = "missing"
+every = "60"
+slip = "2x"
+archivers = ["ghost"]
+"#
+        );
+        let errors = errors_of(&text);
+        assert_eq!(
+            paths(&errors),
+            vec![
+                "tasks[1].test",
+                "tasks[1].group",
+                "tasks[1].archivers[0]",
+                "tasks[1].every",
+                "tasks[1].slip"
+            ],
+            "{errors:?}"
+        );
+        assert!(errors[3].message.contains("missing unit"), "{}", errors[3]);
+    }
+
+    #[test]
+    fn test_parameters_are_checked_per_type() {
+        let text = r#"
+[[tests]]
+name = "a"
+type = "latency"
+spec = { cnt = 5, count = 0, interval = 100, protocol = "sctp", size = "1Q" }
+
+[[tests]]
+name = "b"
+type = "throughput"
+spec = { bytes = "1G" }
+
+[[tests]]
+name = "c"
+type = "teleport"
+"#;
+        let errors = errors_of(text);
+        assert_eq!(
+            paths(&errors),
+            vec![
+                "tests[0].spec.cnt",
+                "tests[0].spec.count",
+                "tests[0].spec.interval",
+                "tests[0].spec.protocol",
+                "tests[0].spec.size",
+                "tests[1].spec.reserve",
+                "tests[2].type"
+            ],
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains("known: protocol, count"),
+            "{}",
+            errors[0]
+        );
+    }
+
+    #[test]
+    fn schedule_limits_are_enforced() {
+        let text = format!(
+            "{BASE}\n[[tasks]]\nname = \"t\"\ntest = \"rtt\"\ngroup = \"g\"\nevery = \"2s\"\noffset = \"2s\"\nslip = \"3s\"\n"
+        );
+        let errors = errors_of(&text);
+        // Offset and slip must be shorter than the period; the 3 s reservation is longer.
+        assert_eq!(
+            paths(&errors),
+            vec!["tasks[0].offset", "tasks[0].slip", "tasks[0].every"],
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn group_fields_must_match_the_kind_and_names_be_unique() {
+        let text = r#"
+[[groups]]
+name = "g"
+kind = "disjoint"
+members = ["a"]
+a = ["site="]
+
+[[groups]]
+name = "g"
+kind = "list"
+pairs = [["a", "a"], ["a"], ["site=x", "b"]]
+"#;
+        let errors = errors_of(text);
+        assert_eq!(
+            paths(&errors),
+            vec![
+                "groups[0].members",
+                "groups[0].b",
+                "groups[0].a[0]",
+                "groups[1].pairs[0]",
+                "groups[1].pairs[1]",
+                "groups[1].pairs[2]",
+                "groups[1].name"
+            ],
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn archivers_need_their_target() {
+        let text = r#"
+[[archivers]]
+name = "f"
+kind = "file"
+
+[[archivers]]
+name = "h"
+kind = "http"
+url = "ftp://x"
+
+[[archivers]]
+name = "d"
+kind = "database"
+url = "http://x"
+"#;
+        assert_eq!(
+            paths(&errors_of(text)),
+            vec!["archivers[0].path", "archivers[1].url", "archivers[2].url"]
+        );
+    }
+
+    #[test]
+    fn selectors_and_segments() {
+        let tags: BTreeMap<String, String> = [("site".to_string(), "campus".to_string())]
+            .into_iter()
+            .collect();
+        assert!(Selector::parse("site=campus").unwrap().matches("x", &tags));
+        assert!(!Selector::parse("site=home").unwrap().matches("x", &tags));
+        assert!(Selector::parse("x").unwrap().matches("x", &tags));
+        assert!(Selector::parse("*").unwrap().matches("y", &BTreeMap::new()));
+        assert!(Selector::parse("=v").is_err());
+        assert!(Selector::parse("two words").is_err());
+        let uplink = Segment {
+            name: "up".into(),
+            kind: SegmentKind::Uplink,
+            members: vec![Selector::parse("site=campus").unwrap()],
+            capacity_bps: None,
+        };
+        let tagged: BTreeMap<String, String> = [("segment".to_string(), "up".to_string())]
+            .into_iter()
+            .collect();
+        assert!(uplink.contains("x", &tags) && uplink.contains("z", &tagged));
+        assert!(uplink.used_by(true, false) && !uplink.used_by(true, true));
+        let shared = Segment {
+            kind: SegmentKind::Shared,
+            ..uplink
+        };
+        assert!(shared.used_by(true, true) && !shared.used_by(false, false));
+    }
+
+    #[test]
+    fn file_format_comes_from_the_extension() {
+        assert_eq!(
+            ConfigFormat::from_file_name("a.toml"),
+            Ok(ConfigFormat::Toml)
+        );
+        assert_eq!(
+            ConfigFormat::from_file_name("a.Json"),
+            Ok(ConfigFormat::Json)
+        );
+        let error = load_config("a.yaml", "").unwrap_err();
+        assert!(error[0].message.contains(".toml or .json"));
+        let error = load_config("a.json", "{").unwrap_err();
+        assert_eq!(error.len(), 1);
+    }
+}

@@ -1,0 +1,11 @@
+//! Shared vocabulary of vantage: test specifications, results and units.
+//!
+//! This crate does no I/O. Every other layer depends on it, so it stays small
+//! and stable: the JSON contracts of `docs/json-schema.md` are these types.
+
+pub mod capacity;
+pub mod config;
+pub mod control;
+pub mod latency;
+pub mod throughput;
+pub mod units;

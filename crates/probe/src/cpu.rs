@@ -1,0 +1,141 @@
+//! CPU accounting of measuring threads: the probe self-check of seed 004.
+//!
+//! A thread's CPU time comes from `getrusage(RUSAGE_THREAD)`; its run-queue wait
+//! (time it was runnable but another task had the core) from
+//! `/proc/thread-self/schedstat` when the kernel has schedstats. CPU + wait close to
+//! the wall time means the thread wanted a whole core: the probe, not the network,
+//! set the pace.
+
+use std::time::Instant;
+
+/// A thread's CPU counters at one instant.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadCpuMark {
+    at: Instant,
+    cpu_s: f64,
+    runqueue_wait_s: Option<f64>,
+}
+
+/// A thread's CPU use between two marks.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ThreadCpuUse {
+    pub wall_s: f64,
+    pub cpu_s: f64,
+    pub runqueue_wait_s: Option<f64>,
+}
+
+impl ThreadCpuUse {
+    /// CPU time / wall time (1.0 = a full core).
+    pub fn cpu_ratio(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            self.cpu_s / self.wall_s
+        } else {
+            0.0
+        }
+    }
+
+    /// Run-queue wait / wall time: how much of the time the thread was starved.
+    pub fn runqueue_wait_ratio(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            self.runqueue_wait_s.unwrap_or(0.0) / self.wall_s
+        } else {
+            0.0
+        }
+    }
+
+    /// (CPU time + run-queue wait) / wall time: the share of a core the thread wanted.
+    pub fn demand_ratio(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            (self.cpu_s + self.runqueue_wait_s.unwrap_or(0.0)) / self.wall_s
+        } else {
+            0.0
+        }
+    }
+}
+
+fn timeval_s(tv: libc::timeval) -> f64 {
+    tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6
+}
+
+fn rusage_cpu_s(who: libc::c_int) -> f64 {
+    // SAFETY: getrusage fills the zeroed struct we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(who, &mut usage) };
+    if rc != 0 {
+        return 0.0;
+    }
+    timeval_s(usage.ru_utime) + timeval_s(usage.ru_stime)
+}
+
+/// Run-queue wait of the calling thread (second field of schedstat, nanoseconds).
+fn runqueue_wait_s() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let wait_ns: f64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some(wait_ns * 1e-9)
+}
+
+impl ThreadCpuMark {
+    /// Marks the calling thread now.
+    pub fn now() -> Self {
+        Self {
+            at: Instant::now(),
+            cpu_s: rusage_cpu_s(libc::RUSAGE_THREAD),
+            runqueue_wait_s: runqueue_wait_s(),
+        }
+    }
+
+    /// Use of the calling thread since `self` (call from the same thread).
+    pub fn elapsed(&self) -> ThreadCpuUse {
+        let end = Self::now();
+        ThreadCpuUse {
+            wall_s: end.at.duration_since(self.at).as_secs_f64(),
+            cpu_s: (end.cpu_s - self.cpu_s).max(0.0),
+            runqueue_wait_s: match (self.runqueue_wait_s, end.runqueue_wait_s) {
+                (Some(start), Some(stop)) => Some((stop - start).max(0.0)),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// CPU cores online.
+pub fn online_cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Pins the calling thread to `core`.
+pub fn pin_current_thread(core: usize) -> std::io::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(core).map_err(std::io::Error::from)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|err| std::io::Error::other(format!("cannot pin thread to CPU {core}: {err}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_thread_uses_about_a_core_and_sleeping_thread_does_not() {
+        let mark = ThreadCpuMark::now();
+        let until = Instant::now() + std::time::Duration::from_millis(200);
+        let mut spins = 0u64;
+        while Instant::now() < until {
+            spins = std::hint::black_box(spins + 1);
+        }
+        let busy = mark.elapsed();
+        assert!(busy.demand_ratio() > 0.5, "{busy:?}");
+
+        let mark = ThreadCpuMark::now();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let idle = mark.elapsed();
+        assert!(idle.cpu_ratio() < 0.2, "{idle:?}");
+    }
+
+    #[test]
+    fn pinning_to_a_missing_core_is_an_error() {
+        assert!(pin_current_thread(100_000).is_err());
+    }
+}

@@ -1,0 +1,312 @@
+//! The iperf3 wire protocol, written from iperf3's documentation and a reading of its
+//! source (esnet/iperf, 3.x), both ways: [`client`] talks to a stock `iperf3 -s`,
+//! [`server`] lets a stock `iperf3 -c` test against the vantage endpoint.
+//!
+//! The protocol as implemented here:
+//! - The client opens a **control** TCP connection and sends a 37-byte **cookie**
+//!   (36 random characters from `a-z2-7` and a NUL). Every later message on it is a
+//!   one-byte **state** from the server (client: `TEST_END`, `IPERF_DONE`), or a JSON
+//!   object prefixed by its length (u32 big-endian).
+//! - Server: `PARAM_EXCHANGE` → client sends its parameters (`tcp`/`udp`, `time`,
+//!   `parallel`, `reverse`, `len`, `bandwidth` per stream, `window`, …).
+//! - Server: `CREATE_STREAMS` → the client opens the data streams: TCP connections to
+//!   the same port that begin with the cookie; or UDP sockets that send a 4-byte
+//!   "connect" datagram to the port and wait for the 4-byte reply (the server then
+//!   talks to that client address from a socket connected to it).
+//! - Server: `TEST_START`, `TEST_RUNNING`; data flows (client → server, or the
+//!   reverse with `-R`). UDP datagrams carry seconds, microseconds and a packet
+//!   number (u32, or u64 with `udp_counters_64bit`), big-endian.
+//! - The client sends `TEST_END` when its time is up; server: `EXCHANGE_RESULTS`; the
+//!   client sends its results JSON, the server its own; server: `DISPLAY_RESULTS`;
+//!   client: `IPERF_DONE`.
+//! - A busy server answers a new control connection's cookie with `ACCESS_DENIED`;
+//!   an error is `SERVER_ERROR` followed by iperf3's error number and errno (i32 BE).
+//! - Stream ids run 1, 3, 4, 5, … (iperf3 numbers the second stream 3); results are
+//!   matched by id.
+
+pub mod client;
+pub mod server;
+
+use std::io::{self, Read, Write};
+
+use serde_json::{json, Value};
+
+use crate::throughput::engine::LocalRun;
+
+pub const IPERF3_DEFAULT_PORT: u16 = 5201;
+pub const COOKIE_BYTES: usize = 37;
+const COOKIE_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz234567";
+/// Largest JSON message accepted (results may carry the server's text output).
+pub const MAX_JSON_BYTES: u32 = 8 * 1024 * 1024;
+
+/// Control states (one signed byte on the wire).
+pub mod state {
+    pub const TEST_START: u8 = 1;
+    pub const TEST_RUNNING: u8 = 2;
+    pub const TEST_END: u8 = 4;
+    pub const PARAM_EXCHANGE: u8 = 9;
+    pub const CREATE_STREAMS: u8 = 10;
+    pub const SERVER_TERMINATE: u8 = 11;
+    pub const CLIENT_TERMINATE: u8 = 12;
+    pub const EXCHANGE_RESULTS: u8 = 13;
+    pub const DISPLAY_RESULTS: u8 = 14;
+    pub const IPERF_DONE: u8 = 16;
+    /// -1 as a signed byte.
+    pub const ACCESS_DENIED: u8 = 0xff;
+    /// -2 as a signed byte.
+    pub const SERVER_ERROR: u8 = 0xfe;
+}
+
+/// iperf3 error numbers the endpoint sends with `SERVER_ERROR`.
+pub mod errors {
+    /// "test duration too long".
+    pub const DURATION: i32 = 5;
+    /// "number of parallel streams too large".
+    pub const NUM_STREAMS: i32 = 6;
+    /// "not implemented yet" (modes and rates this endpoint does not serve).
+    pub const UNIMPLEMENTED: i32 = 13;
+}
+
+/// iperf3's UDP connect message and reply, as the bytes a little-endian host writes
+/// ("9876" / "6789"), and the legacy numeric values older versions used.
+pub const UDP_CONNECT_MSG: [u8; 4] = *b"9876";
+pub const UDP_CONNECT_REPLY: [u8; 4] = *b"6789";
+pub const LEGACY_UDP_CONNECT_MSG: [u8; 4] = 123_456_789u32.to_le_bytes();
+pub const LEGACY_UDP_CONNECT_REPLY: [u8; 4] = 987_654_321u32.to_le_bytes();
+
+/// A fresh random cookie.
+pub fn make_cookie() -> [u8; COOKIE_BYTES] {
+    let mut cookie = [0u8; COOKIE_BYTES];
+    for byte in cookie.iter_mut().take(COOKIE_BYTES - 1) {
+        *byte = COOKIE_ALPHABET[rand::random::<usize>() % COOKIE_ALPHABET.len()];
+    }
+    cookie
+}
+
+/// iperf3's id of the `index`-th stream (from 0): 1, 3, 4, 5, …
+pub fn stream_id(index: usize) -> u32 {
+    if index == 0 {
+        1
+    } else {
+        index as u32 + 2
+    }
+}
+
+pub fn write_json(stream: &mut impl Write, value: &Value) -> io::Result<()> {
+    let body = serde_json::to_vec(value).map_err(io::Error::other)?;
+    let mut framed = Vec::with_capacity(body.len() + 4);
+    framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&body);
+    stream.write_all(&framed)
+}
+
+pub fn read_json(stream: &mut impl Read) -> io::Result<Value> {
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header)?;
+    let len = u32::from_be_bytes(header);
+    if len > MAX_JSON_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("iperf3 JSON of {len} bytes exceeds {MAX_JSON_BYTES}"),
+        ));
+    }
+    let mut body = vec![0u8; len as usize];
+    stream.read_exact(&mut body)?;
+    serde_json::from_slice(&body)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad iperf3 JSON: {e}")))
+}
+
+pub fn read_state(stream: &mut impl Read) -> io::Result<u8> {
+    let mut byte = [0u8; 1];
+    stream.read_exact(&mut byte)?;
+    Ok(byte[0])
+}
+
+/// Our side's results object for the results exchange.
+pub fn results_json(run: &LocalRun, sending: bool, udp: bool) -> Value {
+    let cpu_s: f64 = run.streams.iter().map(|s| s.cpu.cpu_s).sum();
+    let cpu_percent = if run.wall_s > 0.0 {
+        cpu_s / run.wall_s * 100.0
+    } else {
+        0.0
+    };
+    let streams: Vec<Value> = run
+        .streams
+        .iter()
+        .map(|stream| {
+            let last_info = run
+                .intervals
+                .last()
+                .and_then(|i| i.streams.iter().find(|s| s.id == stream.id))
+                .and_then(|s| s.tcp_info);
+            let retransmits = match (sending && !udp, last_info) {
+                (true, Some(info)) => i64::from(info.total_retrans),
+                _ => -1,
+            };
+            let (jitter_s, errors, packets) = match &stream.udp_received {
+                Some(received) => {
+                    let jitters: Vec<f64> = received
+                        .intervals
+                        .iter()
+                        .filter_map(|i| i.jitter_us)
+                        .collect();
+                    let jitter_us = if jitters.is_empty() {
+                        0.0
+                    } else {
+                        jitters.iter().sum::<f64>() / jitters.len() as f64
+                    };
+                    (
+                        jitter_us / 1e6,
+                        received
+                            .highest_seen
+                            .saturating_sub(received.received_packets),
+                        received.highest_seen,
+                    )
+                }
+                None => (0.0, 0, stream.packets_sent),
+            };
+            json!({
+                "id": stream.id,
+                "bytes": stream.bytes,
+                "retransmits": retransmits,
+                "jitter": jitter_s,
+                "errors": errors,
+                "omitted_errors": 0,
+                "packets": packets,
+                "omitted_packets": 0,
+                "start_time": 0,
+                "end_time": if stream.active_s > 0.0 { stream.active_s } else { run.wall_s },
+            })
+        })
+        .collect();
+    json!({
+        "cpu_util_total": cpu_percent,
+        "cpu_util_user": cpu_percent,
+        "cpu_util_system": 0.0,
+        "sender_has_retransmits": if sending && !udp { 1 } else { -1 },
+        "streams": streams,
+    })
+}
+
+/// The peer's side as a [`LocalRun`] with totals only (no interval samples), from its
+/// results object. iperf3's `cpu_util_total` (percent of one core, one thread) is
+/// carried as the CPU of its single measuring thread.
+pub fn run_from_results(results: &Value, peer_sends: bool, udp: bool) -> io::Result<LocalRun> {
+    use crate::cpu::ThreadCpuUse;
+    use crate::throughput::engine::{StreamOutcome, UdpReceived};
+    let bad = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("iperf3 results lack {what}"),
+        )
+    };
+    let streams_json = results
+        .get("streams")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("streams"))?;
+    let cpu_percent = results
+        .get("cpu_util_total")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let has_retransmits = results
+        .get("sender_has_retransmits")
+        .and_then(Value::as_i64)
+        == Some(1);
+    let mut wall_s: f64 = 0.0;
+    let mut streams = Vec::new();
+    for (index, stream) in streams_json.iter().enumerate() {
+        let number = |key: &str| {
+            stream
+                .get(key)
+                .and_then(Value::as_f64)
+                .ok_or_else(|| bad(key))
+        };
+        let id = number("id")? as u32;
+        let bytes = number("bytes")? as u64;
+        let end_s = stream
+            .get("end_time")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        wall_s = wall_s.max(end_s);
+        let packets = stream.get("packets").and_then(Value::as_u64).unwrap_or(0);
+        let errors = stream.get("errors").and_then(Value::as_u64).unwrap_or(0);
+        let retransmits = stream
+            .get("retransmits")
+            .and_then(Value::as_i64)
+            .filter(|&r| r >= 0 && has_retransmits);
+        let udp_received = (udp && !peer_sends).then(|| UdpReceived {
+            received_packets: packets.saturating_sub(errors),
+            duplicate_packets: 0,
+            reordered_packets: 0,
+            highest_seen: packets,
+            intervals: Vec::new(),
+        });
+        streams.push(StreamOutcome {
+            id,
+            sending: peer_sends,
+            bytes,
+            active_s: end_s,
+            packets_sent: if peer_sends { packets } else { 0 },
+            packets_skipped: 0,
+            udp_received,
+            cpu: if index == 0 {
+                ThreadCpuUse {
+                    wall_s: end_s,
+                    cpu_s: cpu_percent / 100.0 * end_s,
+                    runqueue_wait_s: None,
+                }
+            } else {
+                ThreadCpuUse::default()
+            },
+            error: None,
+            reported_retransmits: retransmits.map(|r| r as u64),
+        });
+    }
+    Ok(LocalRun {
+        wall_s,
+        intervals: Vec::new(),
+        streams,
+        online_cores: 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_is_36_base32_characters_and_a_nul() {
+        let cookie = make_cookie();
+        assert_eq!(cookie[36], 0);
+        assert!(cookie[..36].iter().all(|c| COOKIE_ALPHABET.contains(c)));
+        assert_ne!(make_cookie(), cookie);
+    }
+
+    #[test]
+    fn stream_ids_follow_iperf3() {
+        assert_eq!((0..4).map(stream_id).collect::<Vec<_>>(), vec![1, 3, 4, 5]);
+    }
+
+    #[test]
+    fn results_without_streams_are_an_error() {
+        let err = run_from_results(&json!({"cpu_util_total": 1.0}), true, false).unwrap_err();
+        assert!(err.to_string().contains("streams"));
+        let ok = run_from_results(
+            &json!({"cpu_util_total": 50.0, "sender_has_retransmits": 1, "streams": [
+                {"id": 1, "bytes": 1000, "retransmits": 3, "jitter": 0, "errors": 0, "packets": 0, "end_time": 2.0}]}),
+            true,
+            false,
+        )
+        .unwrap();
+        assert_eq!(ok.streams[0].reported_retransmits, Some(3));
+        assert!((ok.max_thread_cpu_ratio() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn oversized_or_broken_json_is_refused() {
+        let err = read_json(&mut (MAX_JSON_BYTES + 1).to_be_bytes().as_slice()).unwrap_err();
+        assert!(err.to_string().contains("exceeds"));
+        let err = read_json(&mut [0u8, 0, 0, 1, b'{'].as_slice()).unwrap_err();
+        assert!(err.to_string().contains("bad iperf3 JSON"));
+    }
+}

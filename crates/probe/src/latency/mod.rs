@@ -1,0 +1,351 @@
+//! The latency engines behind `vantage latency`: UDP (TWAMP-Light sender), TCP
+//! (connect time + one echo round trip per connection) and ICMP echo.
+//!
+//! The engines are blocking (a `poll(2)` loop on one socket): that keeps the
+//! distance between the packet and the clock short and needs no runtime. Async
+//! callers run them with `tokio::task::spawn_blocking`.
+//!
+//! Loss rules (documented in docs/latency.md): a probe whose reply does not come back
+//! within `timeout` of its send is lost, and a late reply is ignored. A run whose
+//! target actively refused (ICMP port unreachable on the connected UDP socket, TCP
+//! RST) before anything was answered is an error, not a result; plain silence is a
+//! completed run with loss ratio 1.
+
+mod icmp;
+mod tcp;
+pub(crate) mod udp;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use vantage_model::latency::{
+    LatencyProtocol, LatencyResult, LatencySpec, LatencySummary, OneWay, ProbeSample, ProbeStatus,
+    Timestamping,
+};
+use vantage_stats::{distribution, ipdv, jitter, LossSplit, ProbeFate};
+
+use crate::mtu::WouldFragment;
+
+/// Why a latency (or sandwich) run could not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub enum LatencyError {
+    #[error("invalid option: {0}")]
+    InvalidSpec(String),
+    #[error("cannot resolve '{target}': {reason}")]
+    Resolve { target: String, reason: String },
+    #[error("{addr} refused the probes ({detail})")]
+    Refused { addr: SocketAddr, detail: String },
+    #[error("{addr} is unreachable: {source}")]
+    Unreachable { addr: SocketAddr, source: io::Error },
+    #[error(transparent)]
+    WouldFragment(#[from] WouldFragment),
+    #[error("{0}")]
+    Permission(String),
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+    #[error("{addr} does not speak the vantage TCP service: {detail}")]
+    Protocol { addr: SocketAddr, detail: String },
+}
+
+impl LatencyError {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Maps a send/connect error to refused / unreachable where it says so.
+    pub(crate) fn from_send(addr: SocketAddr, err: io::Error) -> Self {
+        match err.raw_os_error() {
+            Some(libc::ECONNREFUSED) => Self::Refused {
+                addr,
+                detail: "connection refused / port unreachable".into(),
+            },
+            Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EADDRNOTAVAIL) => {
+                Self::Unreachable { addr, source: err }
+            }
+            _ => Self::io(format!("sending to {addr}"), err),
+        }
+    }
+}
+
+/// Resolves `host`, `host:port`, `[v6]:port`, an IPv4 or a bare IPv6 literal;
+/// `default_port` applies when none is given. The first address returned wins.
+pub fn resolve_target(target: &str, default_port: u16) -> Result<SocketAddr, LatencyError> {
+    let resolve_error = |reason: String| LatencyError::Resolve {
+        target: target.to_string(),
+        reason,
+    };
+    if target.is_empty() {
+        return Err(resolve_error("empty target".into()));
+    }
+    if let Ok(addr) = target.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Ok(ip) = target
+        .trim_matches(|c| c == '[' || c == ']')
+        .parse::<IpAddr>()
+    {
+        return Ok(SocketAddr::new(ip, default_port));
+    }
+    let (host, port) = match target.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => {
+            let port = port
+                .parse::<u16>()
+                .map_err(|_| resolve_error(format!("'{port}' is not a port number")))?;
+            (host, port)
+        }
+        _ => (target, default_port),
+    };
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|err| resolve_error(err.to_string()))?
+        .next()
+        .ok_or_else(|| resolve_error("no address found".into()))
+}
+
+/// Progress as probes go out and come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub sent: u32,
+    pub answered: u32,
+    pub total: u32,
+}
+
+/// Runs the latency test `spec` describes, reporting progress as it goes.
+pub fn run_latency(
+    spec: &LatencySpec,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<LatencyResult, LatencyError> {
+    validate(spec)?;
+    let target = resolve_target(&spec.target, spec.port)?;
+    let start_time = chrono::Utc::now();
+    let run = match spec.protocol {
+        LatencyProtocol::Udp => udp::run(spec, target, progress)?,
+        LatencyProtocol::Tcp => tcp::run(spec, target, progress)?,
+        LatencyProtocol::Icmp => icmp::run(spec, target, progress)?,
+    };
+    let (summary, samples) = summarize(&run);
+    Ok(LatencyResult {
+        test: "latency".into(),
+        tool: "native".into(),
+        // The port actually probed (TARGET may carry one).
+        spec: LatencySpec {
+            port: target.port(),
+            ..spec.clone()
+        },
+        // ICMP has no port.
+        target_addr: match spec.protocol {
+            LatencyProtocol::Icmp => target.ip().to_string(),
+            _ => target.to_string(),
+        },
+        start_time,
+        end_time: chrono::Utc::now(),
+        timestamping: run.timestamping,
+        summary,
+        samples,
+    })
+}
+
+fn validate(spec: &LatencySpec) -> Result<(), LatencyError> {
+    let invalid = |m: String| Err(LatencyError::InvalidSpec(m));
+    if spec.count == 0 {
+        return invalid("--count must be at least 1".into());
+    }
+    if spec.timeout_us == 0 {
+        return invalid("--timeout must be positive".into());
+    }
+    if spec.dscp > 63 {
+        return invalid(format!("--dscp {} is out of range 0..=63", spec.dscp));
+    }
+    let (min, max) = match spec.protocol {
+        LatencyProtocol::Udp => (
+            crate::twamp::SENDER_HEADER_LEN as u32,
+            crate::twamp::MAX_PACKET_LEN as u32,
+        ),
+        LatencyProtocol::Icmp => (icmp::MIN_PAYLOAD_BYTES, icmp::MAX_PAYLOAD_BYTES),
+        LatencyProtocol::Tcp => (1, crate::endpoint::tcp::MAX_ECHO_FRAME_BYTES),
+    };
+    if spec.size_bytes < min || spec.size_bytes > max {
+        return invalid(format!(
+            "--size {} is out of range for {:?}: {min}..={max} bytes",
+            spec.size_bytes, spec.protocol
+        ));
+    }
+    Ok(())
+}
+
+/// Sleeps until `when` (no-op if it has passed).
+pub(crate) fn sleep_until(when: Instant) {
+    let now = Instant::now();
+    if when > now {
+        std::thread::sleep(when - now);
+    }
+}
+
+pub(crate) fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// What an engine measured for one probe.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProbeOutcome {
+    pub sent_offset_us: f64,
+    pub rtt_us: Option<f64>,
+    pub forward_us: Option<f64>,
+    pub reverse_us: Option<f64>,
+    pub reflector_seq: Option<u32>,
+    pub connect_us: Option<f64>,
+}
+
+/// What an engine hands to [`summarize`].
+pub(crate) struct EngineRun {
+    pub probes: Vec<ProbeOutcome>,
+    /// Forward/reverse split when the protocol allows one (UDP/TWAMP).
+    pub loss_split: Option<LossSplit>,
+    pub duplicates: u64,
+    pub reordered: u64,
+    pub timestamping: Timestamping,
+    /// UDP only; computed by the engine from both clocks' sync state.
+    pub one_way: Option<OneWay>,
+}
+
+/// Pure: turns per-probe outcomes into the summary and the per-probe samples.
+pub(crate) fn summarize(run: &EngineRun) -> (LatencySummary, Vec<ProbeSample>) {
+    let sent = run.probes.len() as u64;
+    let rtts: Vec<f64> = run.probes.iter().filter_map(|p| p.rtt_us).collect();
+    let received = rtts.len() as u64;
+    let lost = sent - received;
+    let fates: Vec<ProbeFate> = match &run.loss_split {
+        Some(split) => split.per_probe.clone(),
+        None => run
+            .probes
+            .iter()
+            .map(|p| {
+                if p.rtt_us.is_some() {
+                    ProbeFate::Received
+                } else {
+                    ProbeFate::Lost
+                }
+            })
+            .collect(),
+    };
+    let (forward_lost, reverse_lost, unknown_direction_lost) = match &run.loss_split {
+        Some(split) => (
+            split.forward_lost,
+            split.reverse_lost,
+            split.unknown_direction_lost,
+        ),
+        None => (0, 0, lost),
+    };
+    let ratio = |n: u64| {
+        if sent == 0 {
+            0.0
+        } else {
+            n as f64 / sent as f64
+        }
+    };
+    let connects: Vec<f64> = run.probes.iter().filter_map(|p| p.connect_us).collect();
+    let rtt_ipdv = ipdv(&rtts);
+    let summary = LatencySummary {
+        sent,
+        received,
+        lost,
+        loss_ratio: ratio(lost),
+        forward_lost,
+        reverse_lost,
+        unknown_direction_lost,
+        forward_loss_ratio: ratio(forward_lost),
+        reverse_loss_ratio: ratio(reverse_lost),
+        duplicates: run.duplicates,
+        reordered: run.reordered,
+        rtt_us: distribution(&rtts),
+        jitter_us: jitter(&rtts),
+        ipdv_us: distribution(&rtt_ipdv),
+        connect_us: distribution(&connects),
+        one_way: run.one_way.clone(),
+    };
+    let samples = run
+        .probes
+        .iter()
+        .zip(fates)
+        .enumerate()
+        .map(|(seq, (probe, fate))| ProbeSample {
+            seq: seq as u32,
+            sent_offset_us: probe.sent_offset_us,
+            status: ProbeStatus::from(fate),
+            rtt_us: probe.rtt_us,
+            forward_us: probe.forward_us,
+            reverse_us: probe.reverse_us,
+            reflector_seq: probe.reflector_seq,
+            connect_us: probe.connect_us,
+        })
+        .collect();
+    (summary, samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_resolve_in_every_documented_form() {
+        assert_eq!(
+            resolve_target("127.0.0.1", 7862).unwrap(),
+            "127.0.0.1:7862".parse().unwrap()
+        );
+        assert_eq!(
+            resolve_target("127.0.0.1:9", 7862).unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
+        assert_eq!(
+            resolve_target("::1", 7862).unwrap(),
+            "[::1]:7862".parse().unwrap()
+        );
+        assert_eq!(
+            resolve_target("[::1]:5", 7862).unwrap(),
+            "[::1]:5".parse().unwrap()
+        );
+        assert_eq!(resolve_target("localhost:7", 1).unwrap().port(), 7);
+        assert!(resolve_target("localhost:notaport", 1)
+            .unwrap_err()
+            .to_string()
+            .contains("notaport"));
+        assert!(resolve_target("no-such-host.invalid", 1).is_err());
+    }
+
+    #[test]
+    fn summary_counts_and_ratios_follow_outcomes() {
+        let probe = |rtt: Option<f64>| ProbeOutcome {
+            rtt_us: rtt,
+            ..ProbeOutcome::default()
+        };
+        let run = EngineRun {
+            probes: vec![
+                probe(Some(100.0)),
+                probe(None),
+                probe(Some(300.0)),
+                probe(Some(200.0)),
+            ],
+            loss_split: None,
+            duplicates: 1,
+            reordered: 0,
+            timestamping: Timestamping {
+                transmit: vantage_model::latency::TimestampSource::User,
+                receive: vantage_model::latency::TimestampSource::User,
+            },
+            one_way: None,
+        };
+        let (summary, samples) = summarize(&run);
+        assert_eq!((summary.sent, summary.received, summary.lost), (4, 3, 1));
+        assert_eq!(summary.loss_ratio, 0.25);
+        assert_eq!(summary.unknown_direction_lost, 1);
+        assert_eq!(summary.rtt_us.unwrap().median, 200.0);
+        // |Δ| of 100, 300, 200 = 200, 100: mean 150.
+        assert_eq!(summary.jitter_us.unwrap().mean_abs_delta, 150.0);
+        assert_eq!(samples[1].status, ProbeStatus::Lost);
+        assert_eq!(samples[3].seq, 3);
+    }
+}

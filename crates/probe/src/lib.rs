@@ -1,0 +1,24 @@
+//! Measurement engines and the test endpoint.
+//!
+//! - [`endpoint`]: the `vantage endpoint` service (TWAMP-Light reflector, TCP service).
+//! - [`latency`]: the latency engines (UDP TWAMP-Light sender, TCP, ICMP echo).
+//! - [`sandwich`]: sandwich probing (seed 003).
+//! - [`throughput`], [`capacity`], [`iperf3`]: TCP/UDP throughput with the `limited_by`
+//!   verdict, seed 002's capacity method, the iperf3 protocol both ways.
+//! - [`tcp_info`], [`cpu`], [`pacing`]: TCP_INFO decoding, measuring-thread CPU
+//!   self-check, packet pacing.
+//! - [`timestamp`], [`clock`], [`mtu`]: kernel stamps, clock sync state, path MTU.
+
+pub mod capacity;
+pub mod clock;
+pub mod cpu;
+pub mod endpoint;
+pub mod iperf3;
+pub mod latency;
+pub mod mtu;
+pub mod pacing;
+pub mod sandwich;
+pub mod tcp_info;
+pub mod throughput;
+pub mod timestamp;
+pub mod twamp;

@@ -1,0 +1,464 @@
+//! The endpoint side of the native throughput protocol (see [`super::wire`]).
+//!
+//! One test at a time by default: a second client is answered `busy` with the
+//! seconds until the running test ends. Duration and rate caps come from
+//! [`ServiceLimits`] (`vantage endpoint --max-duration --max-rate`).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::endpoint::tcp::{encode_status, parse_header, Status, PREAMBLE_LEN, PROTOCOL_VERSION};
+
+use super::engine::{run_streams, DataSocket, DataStream, EngineSettings, UdpSettings};
+use super::wire::{self, Message, TestRequest};
+use super::{stream_roles, SocketOptions};
+
+/// How long a client has to open its data streams.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// UDP receivers keep listening this long after the sender said it is done.
+pub const UDP_DRAIN: Duration = Duration::from_millis(300);
+/// Receivers give up this long after the planned end if the peer never finishes.
+pub const RECEIVE_GRACE: Duration = Duration::from_secs(10);
+pub const MAX_STREAMS: u32 = 128;
+/// How long a new test waits for a finishing one before it is answered "busy".
+pub const CLAIM_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Caps the endpoint enforces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServiceLimits {
+    pub max_duration: Duration,
+    /// Largest rate per direction (UDP target rate; TCP pacing cap).
+    pub max_rate_bps: Option<u64>,
+}
+
+impl Default for ServiceLimits {
+    fn default() -> Self {
+        Self {
+            max_duration: Duration::from_secs(300),
+            max_rate_bps: None,
+        }
+    }
+}
+
+struct ActiveTest {
+    test_id: u64,
+    ends_at: Instant,
+    data: mpsc::Sender<(u32, TcpStream)>,
+}
+
+/// The exclusive-test state shared by the native service and the iperf3 listener.
+pub struct ThroughputService {
+    pub limits: ServiceLimits,
+    active: Mutex<Option<ActiveTest>>,
+}
+
+/// Clears the active test when the control session ends, however it ends.
+struct ActiveGuard<'a>(&'a ThroughputService);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut active) = self.0.active.lock() {
+            *active = None;
+        }
+    }
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+impl ThroughputService {
+    pub fn new(limits: ServiceLimits) -> Arc<Self> {
+        Arc::new(Self {
+            limits,
+            active: Mutex::new(None),
+        })
+    }
+
+    /// Seconds until the running test should end, if one runs.
+    pub fn busy_retry_after_s(&self) -> Option<u64> {
+        let active = self.active.lock().ok()?;
+        active.as_ref().map(|test| {
+            test.ends_at
+                .saturating_duration_since(Instant::now())
+                .as_secs()
+                + 1
+        })
+    }
+
+    /// Claims the service for a test of `duration`; `Err(retry_after_s)` when busy.
+    /// A test that is just finishing (results sent, sockets closing) gets
+    /// [`CLAIM_PATIENCE`] to let go, so back-to-back runs are not told "busy".
+    fn claim(&self, duration: Duration) -> Result<(u64, mpsc::Receiver<(u32, TcpStream)>), u64> {
+        let give_up = Instant::now() + CLAIM_PATIENCE;
+        let mut active = self.active.lock().map_err(|_| 1u64)?;
+        while let Some(test) = active.as_ref() {
+            let retry_after_s = test
+                .ends_at
+                .saturating_duration_since(Instant::now())
+                .as_secs()
+                + 1;
+            if Instant::now() >= give_up {
+                return Err(retry_after_s);
+            }
+            drop(active);
+            std::thread::sleep(Duration::from_millis(50));
+            active = self.active.lock().map_err(|_| 1u64)?;
+        }
+        let (sender, receiver) = mpsc::channel();
+        let test_id = rand::random::<u64>();
+        *active = Some(ActiveTest {
+            test_id,
+            ends_at: Instant::now() + duration + RECEIVE_GRACE,
+            data: sender,
+        });
+        Ok((test_id, receiver))
+    }
+
+    /// Claims the service for a foreign-protocol test (the iperf3 listener).
+    pub fn claim_exclusive(&self, duration: Duration) -> Result<ExclusiveClaim<'_>, u64> {
+        self.claim(duration).map(|_| ExclusiveClaim {
+            _guard: ActiveGuard(self),
+        })
+    }
+
+    /// Sets the running test's planned length once it is known (busy answers then
+    /// say when it really ends).
+    pub fn plan_active(&self, duration: Duration) {
+        if let Ok(mut active) = self.active.lock() {
+            if let Some(test) = active.as_mut() {
+                test.ends_at = Instant::now() + duration;
+            }
+        }
+    }
+
+    /// Serves one connection of kind `T` after its preamble was answered `Ok`.
+    pub fn handle(self: &Arc<Self>, mut stream: TcpStream) -> io::Result<()> {
+        stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
+        let mut kind = [0u8; 1];
+        stream.read_exact(&mut kind)?;
+        match kind[0] {
+            wire::CONNECTION_CONTROL => self.control(stream),
+            wire::CONNECTION_DATA => {
+                let mut header = [0u8; 12];
+                stream.read_exact(&mut header)?;
+                let test_id = u64::from_be_bytes(header[..8].try_into().unwrap());
+                let stream_id = u32::from_be_bytes(header[8..].try_into().unwrap());
+                let active = self
+                    .active
+                    .lock()
+                    .map_err(|_| io::Error::other("state poisoned"))?;
+                match active.as_ref() {
+                    Some(test) if test.test_id == test_id => {
+                        let _ = test.data.send((stream_id, stream));
+                        Ok(())
+                    }
+                    _ => Err(invalid(format!(
+                        "data connection for unknown test {test_id:016x}"
+                    ))),
+                }
+            }
+            other => Err(invalid(format!(
+                "unknown throughput connection type 0x{other:02x}"
+            ))),
+        }
+    }
+
+    /// Accepts vantage TCP connections on `listener` (preamble, kind `T` only) until
+    /// `stop`; for running the throughput service on its own (tests, lab namespaces).
+    pub fn serve_blocking(
+        self: Arc<Self>,
+        listener: TcpListener,
+        stop: Arc<AtomicBool>,
+    ) -> io::Result<()> {
+        listener.set_nonblocking(true)?;
+        while !stop.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let service = Arc::clone(&self);
+                    std::thread::spawn(move || {
+                        if let Err(err) = service.accept_preamble(stream) {
+                            tracing::debug!("throughput connection ended: {err}");
+                        }
+                    });
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(err) => tracing::debug!("accept failed: {err}"),
+            }
+        }
+        Ok(())
+    }
+
+    fn accept_preamble(self: &Arc<Self>, mut stream: TcpStream) -> io::Result<()> {
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
+        let mut preamble = [0u8; PREAMBLE_LEN];
+        stream.read_exact(&mut preamble)?;
+        match parse_header(&preamble) {
+            Some((PROTOCOL_VERSION, wire::KIND_THROUGHPUT)) => {
+                stream.write_all(&encode_status(Status::Ok))?;
+                self.handle(stream)
+            }
+            _ => Err(invalid("not a vantage throughput preamble".into())),
+        }
+    }
+
+    fn validate(&self, request: &TestRequest) -> Result<(), String> {
+        if request.streams == 0 || request.streams > MAX_STREAMS {
+            return Err(format!(
+                "streams must be 1..={MAX_STREAMS}, got {}",
+                request.streams
+            ));
+        }
+        if !request.client_sends && !request.server_sends {
+            return Err("neither side sends".into());
+        }
+        let duration = Duration::from_millis(request.duration_ms);
+        if duration > self.limits.max_duration || request.duration_ms == 0 {
+            return Err(format!(
+                "duration {:.1} s outside this endpoint's limit of {:.0} s",
+                duration.as_secs_f64(),
+                self.limits.max_duration.as_secs_f64()
+            ));
+        }
+        if request.interval_ms < 10 {
+            return Err(format!(
+                "interval {} ms is below 10 ms",
+                request.interval_ms
+            ));
+        }
+        if let (Some(rate), Some(max)) = (request.rate_bps, self.limits.max_rate_bps) {
+            if rate > max {
+                return Err(format!(
+                    "rate {rate} bit/s exceeds this endpoint's limit of {max} bit/s"
+                ));
+            }
+        }
+        if request.udp {
+            if request.rate_bps.unwrap_or(0) == 0 {
+                return Err("UDP needs a rate".into());
+            }
+            let size = request.packet_size_bytes.unwrap_or(1472);
+            if !(64..=65_000).contains(&size) {
+                return Err(format!("packet size {size} B outside 64..=65000"));
+            }
+        }
+        Ok(())
+    }
+
+    fn control(self: &Arc<Self>, mut control: TcpStream) -> io::Result<()> {
+        control.set_nodelay(true)?;
+        let request = match wire::read_message(&mut control)? {
+            Message::Request(request) => request,
+            other => return Err(invalid(format!("expected a request, got {other:?}"))),
+        };
+        if let Err(reason) = self.validate(&request) {
+            return wire::write_message(&mut control, &Message::Refused { reason });
+        }
+        let duration = Duration::from_millis(request.duration_ms);
+        let (test_id, data_connections) = match self.claim(duration) {
+            Ok(claimed) => claimed,
+            Err(retry_after_s) => {
+                let reason = format!("a throughput test is running; retry after {retry_after_s} s");
+                return wire::write_message(
+                    &mut control,
+                    &Message::Busy {
+                        retry_after_s,
+                        reason,
+                    },
+                );
+            }
+        };
+        let _guard = ActiveGuard(self);
+        let roles = stream_roles(request.streams, request.client_sends, request.server_sends);
+        let local_ip = control.local_addr()?.ip();
+        let peer = control.peer_addr()?;
+        let mut udp_sockets = Vec::new();
+        if request.udp {
+            for _ in &roles {
+                udp_sockets.push(UdpSocket::bind(SocketAddr::new(local_ip, 0))?);
+            }
+        }
+        let udp_ports = udp_sockets
+            .iter()
+            .map(|s| s.local_addr().map(|a| a.port()))
+            .collect::<io::Result<_>>()?;
+        let max_rate_bps = self.limits.max_rate_bps;
+        wire::write_message(
+            &mut control,
+            &Message::Accepted {
+                test_id,
+                udp_ports,
+                max_rate_bps,
+            },
+        )?;
+
+        let options = SocketOptions {
+            window_bytes: request.window_bytes,
+            congestion: request.congestion.clone(),
+            pacing_rate_bps: pacing_per_stream(
+                request.pacing_rate_bps,
+                max_rate_bps,
+                request.streams,
+            ),
+            dscp: request.dscp,
+            mss_bytes: None,
+        };
+        let deadline = Instant::now() + SETUP_TIMEOUT;
+        let mut streams = Vec::with_capacity(roles.len());
+        if request.udp {
+            for ((id, client_sends), socket) in roles.iter().zip(udp_sockets) {
+                accept_udp_hello(&socket, test_id, *id, deadline)?;
+                options.apply(&socket, peer, false)?;
+                streams.push(DataStream {
+                    id: *id,
+                    sending: !client_sends,
+                    socket: DataSocket::Udp(socket),
+                });
+            }
+        } else {
+            let mut pending: Vec<(u32, TcpStream)> = Vec::new();
+            while pending.len() < roles.len() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let (id, stream) = data_connections.recv_timeout(left).map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "client did not open its data streams",
+                    )
+                })?;
+                pending.push((id, stream));
+            }
+            for (id, client_sends) in &roles {
+                let position = pending
+                    .iter()
+                    .position(|(pending_id, _)| pending_id == id)
+                    .ok_or_else(|| invalid(format!("stream {id} never connected")))?;
+                let (_, stream) = pending.swap_remove(position);
+                stream.set_read_timeout(None)?;
+                options.apply(&stream, peer, true)?;
+                streams.push(DataStream {
+                    id: *id,
+                    sending: !client_sends,
+                    socket: DataSocket::Tcp(stream),
+                });
+            }
+        }
+        match wire::read_message(&mut control)? {
+            Message::Ready => {}
+            other => return Err(invalid(format!("expected ready, got {other:?}"))),
+        }
+        wire::write_message(&mut control, &Message::Start)?;
+
+        let settings = engine_settings(&request, Duration::from_millis(request.duration_ms));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ended_tx, ended_rx) = mpsc::channel();
+        let mut watcher_control = control.try_clone()?;
+        watcher_control.set_read_timeout(None)?;
+        let watcher_stop = Arc::clone(&stop);
+        let udp = request.udp;
+        std::thread::spawn(move || {
+            let ended = matches!(wire::read_message(&mut watcher_control), Ok(Message::End));
+            // TCP receivers end at EOF, after the sender's buffered bytes arrived; UDP
+            // receivers have no EOF and stop a drain time after the client's end. A
+            // vanished client stops everything at once.
+            if ended && udp {
+                std::thread::sleep(UDP_DRAIN);
+            }
+            if !ended || udp {
+                watcher_stop.store(true, Ordering::Relaxed);
+            }
+            let _ = ended_tx.send(ended);
+        });
+        let run = run_streams(streams, &settings, &stop);
+        let ended = ended_rx
+            .recv_timeout(Duration::from_millis(request.duration_ms) + RECEIVE_GRACE)
+            .unwrap_or(false);
+        if !ended {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "client vanished before the end",
+            ));
+        }
+        wire::write_message(&mut control, &Message::Report { run })
+    }
+}
+
+/// Held while a foreign-protocol test owns the service.
+pub struct ExclusiveClaim<'a> {
+    _guard: ActiveGuard<'a>,
+}
+
+/// Splits a pacing request (and the endpoint cap) over the streams.
+pub fn pacing_per_stream(requested: Option<u64>, cap: Option<u64>, streams: u32) -> Option<u64> {
+    let per_stream_cap = cap.map(|cap| cap / u64::from(streams.max(1)));
+    match (requested, per_stream_cap) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Engine settings of one side from the request (both sides use the same).
+pub fn engine_settings(request: &TestRequest, duration: Duration) -> EngineSettings {
+    EngineSettings {
+        send_duration: Some(duration),
+        send_bytes_per_stream: request
+            .bytes
+            .map(|bytes| bytes.div_ceil(u64::from(request.streams))),
+        receive_duration: duration + RECEIVE_GRACE,
+        interval: Duration::from_millis(request.interval_ms),
+        shutdown_after_send: true,
+        udp: request.udp.then(|| UdpSettings {
+            rate_bps_per_stream: request.rate_bps.unwrap_or(0) as f64 / f64::from(request.streams),
+            payload_bytes: request.packet_size_bytes.unwrap_or(1472) as usize,
+            counter_64bit: true,
+        }),
+        affinity: Vec::new(),
+    }
+}
+
+/// Waits for the client's hello on `socket`, connects to its source and acknowledges.
+fn accept_udp_hello(
+    socket: &UdpSocket,
+    test_id: u64,
+    stream_id: u32,
+    deadline: Instant,
+) -> io::Result<()> {
+    let mut buf = [0u8; 64];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no UDP hello for stream {stream_id}"),
+            ));
+        }
+        socket.set_read_timeout(Some(left))?;
+        let (len, from) = match socket.recv_from(&mut buf) {
+            Ok(received) => received,
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(err) => return Err(err),
+        };
+        if wire::parse_udp_hello(&buf[..len], wire::UDP_HELLO) == Some((test_id, stream_id)) {
+            socket.connect(from)?;
+            socket.send(&wire::encode_udp_hello(
+                wire::UDP_HELLO_ACK,
+                test_id,
+                stream_id,
+            ))?;
+            return Ok(());
+        }
+    }
+}

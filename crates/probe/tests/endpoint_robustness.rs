@@ -1,0 +1,225 @@
+//! Malformed, truncated, oversized and random input thrown at a live endpoint:
+//! nothing panics, the counters count it, and a valid probe is still answered.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream, UdpSocket};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::{spec, TestEndpoint};
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use vantage_model::latency::LatencyProtocol;
+use vantage_probe::endpoint::tcp::{
+    encode_preamble, parse_header, Status, KIND_LATENCY_ECHO, PREAMBLE_LEN,
+};
+use vantage_probe::endpoint::EndpointCounters;
+use vantage_probe::latency::run_latency;
+use vantage_probe::twamp::{self, REFLECTOR_HEADER_LEN, SENDER_HEADER_LEN};
+
+fn no_progress(_: vantage_probe::latency::Progress) {}
+
+/// Waits (bounded) until `done` holds for the endpoint's counters.
+fn wait_for(counters: &EndpointCounters, what: &str, done: impl Fn(&EndpointCounters) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done(counters) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}",
+            counters.snapshot()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Datagrams the reflector has dealt with, answered or not.
+fn handled(counters: &EndpointCounters) -> u64 {
+    counters.udp_truncated.load(Ordering::Relaxed)
+        + counters.udp_reflected.load(Ordering::Relaxed)
+        + counters.udp_oversized.load(Ordering::Relaxed)
+}
+
+fn assert_still_answers(endpoint: &TestEndpoint, ip: &str) {
+    for protocol in [LatencyProtocol::Udp, LatencyProtocol::Tcp] {
+        let result = run_latency(&spec(endpoint.at(ip), protocol, 2), &mut no_progress).unwrap();
+        assert_eq!(result.summary.received, 2, "{protocol:?} after the flood");
+    }
+}
+
+#[test]
+fn random_datagrams_are_counted_and_reflector_keeps_answering() {
+    let endpoint = TestEndpoint::start(None, |_| {});
+    let socket = UdpSocket::bind("[::1]:0").unwrap();
+    socket.connect(endpoint.at("::1")).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    let (mut short, mut valid) = (0u64, 0u64);
+    // Bounded: 2000 datagrams of 0..200 bytes, random content.
+    for _ in 0..2000 {
+        let len = rng.gen_range(0..200usize);
+        let bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        socket.send(&bytes).unwrap();
+        if len < SENDER_HEADER_LEN {
+            short += 1;
+        } else {
+            valid += 1;
+        }
+        // Every 100 datagrams let the reflector catch up, so its socket buffer never
+        // overflows (the kernel would drop the excess before the endpoint sees it).
+        if (short + valid).is_multiple_of(100) {
+            wait_for(&endpoint.counters, "a batch", |c| {
+                handled(c) == short + valid
+            });
+        }
+    }
+    // Over IPv6 a datagram can exceed the largest TWAMP packet (65507 B).
+    socket.send(&vec![0u8; 65_527]).unwrap();
+    wait_for(&endpoint.counters, "the flood", |c| {
+        handled(c) > short + valid
+    });
+    let stats = endpoint.counters.snapshot();
+    assert_eq!(stats.udp_truncated, short);
+    assert_eq!(
+        stats.udp_reflected, valid,
+        "any 14+ bytes are a valid unauthenticated request"
+    );
+    assert_eq!(stats.udp_oversized, 1);
+    // Every reply parses as a reflector packet no shorter than its header.
+    let mut buf = [0u8; 65_536];
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut replies = 0;
+    while let Ok(n) = socket.recv(&mut buf) {
+        let reply = twamp::parse_reflector(&buf[..n]).expect("reply parses");
+        assert!(reply.len >= REFLECTOR_HEADER_LEN);
+        replies += 1;
+    }
+    assert!(replies > 0);
+    assert_still_answers(&endpoint, "::1");
+}
+
+#[test]
+fn sender_state_is_bounded_by_eviction() {
+    let endpoint = TestEndpoint::start(Some("127.0.0.1".parse().unwrap()), |c| {
+        c.max_udp_senders = 4
+    });
+    let request = [0u8; 64];
+    let sockets: Vec<UdpSocket> = (0..10)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    for socket in &sockets {
+        socket.send_to(&request, endpoint.addr).unwrap();
+    }
+    wait_for(&endpoint.counters, "10 replies", |c| {
+        c.udp_reflected.load(Ordering::Relaxed) == 10
+    });
+    assert_eq!(endpoint.counters.snapshot().udp_senders_evicted, 6);
+    // An evicted sender starts over at reflector sequence 0.
+    let mut buf = [0u8; 128];
+    sockets[0].recv(&mut buf).unwrap();
+    sockets[0].send_to(&request, endpoint.addr).unwrap();
+    let n = sockets[0].recv(&mut buf).unwrap();
+    assert_eq!(twamp::parse_reflector(&buf[..n]).unwrap().seq, 0);
+}
+
+fn connect(endpoint: &TestEndpoint) -> TcpStream {
+    let stream = TcpStream::connect(endpoint.at("127.0.0.1")).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream
+}
+
+/// Reads until the server closes; returns what it sent.
+fn read_to_close(mut stream: TcpStream) -> Vec<u8> {
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer
+}
+
+#[test]
+fn tcp_service_counts_bad_preambles_kinds_and_frames() {
+    let endpoint = TestEndpoint::start(None, |_| {});
+
+    // Garbage preamble: closed without a word.
+    let mut garbage = connect(&endpoint);
+    garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    assert!(read_to_close(garbage).is_empty());
+
+    // Truncated preamble, then close.
+    let mut truncated = connect(&endpoint);
+    truncated.write_all(b"VNT").unwrap();
+    truncated.shutdown(Shutdown::Write).unwrap();
+    assert!(read_to_close(truncated).is_empty());
+
+    // Unknown kind: a status and a message naming it.
+    let mut unknown = connect(&endpoint);
+    unknown.write_all(&encode_preamble(b'?')).unwrap();
+    let answer = read_to_close(unknown);
+    let header: [u8; PREAMBLE_LEN] = answer[..PREAMBLE_LEN].try_into().unwrap();
+    assert_eq!(
+        parse_header(&header).map(|(_, s)| Status::from_byte(s)),
+        Some(Some(Status::UnknownKind))
+    );
+    assert!(
+        String::from_utf8_lossy(&answer[PREAMBLE_LEN + 4..]).contains("unknown service kind 0x3f")
+    );
+
+    // Wrong version.
+    let mut version = connect(&endpoint);
+    let mut preamble = encode_preamble(KIND_LATENCY_ECHO);
+    preamble[4] = 9;
+    version.write_all(&preamble).unwrap();
+    let answer = read_to_close(version);
+    assert_eq!(answer[5], Status::UnsupportedVersion as u8);
+
+    // Oversized frame length.
+    let mut oversized = connect(&endpoint);
+    oversized
+        .write_all(&encode_preamble(KIND_LATENCY_ECHO))
+        .unwrap();
+    oversized.write_all(&u32::MAX.to_be_bytes()).unwrap();
+    assert_eq!(
+        read_to_close(oversized),
+        encode_preamble(Status::Ok as u8).to_vec()
+    );
+
+    // Frame cut off mid-body.
+    let mut cut = connect(&endpoint);
+    cut.write_all(&encode_preamble(KIND_LATENCY_ECHO)).unwrap();
+    cut.write_all(&100u32.to_be_bytes()).unwrap();
+    cut.write_all(&[1, 2, 3]).unwrap();
+    cut.shutdown(Shutdown::Write).unwrap();
+    read_to_close(cut);
+
+    wait_for(&endpoint.counters, "all six connections", |c| {
+        c.tcp_bad_preamble.load(Ordering::Relaxed) == 2
+            && c.tcp_unknown_kind.load(Ordering::Relaxed) == 1
+            && c.tcp_unsupported_version.load(Ordering::Relaxed) == 1
+            && c.tcp_bad_frames.load(Ordering::Relaxed) == 2
+    });
+    assert_still_answers(&endpoint, "127.0.0.1");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Arbitrary bytes on a fresh TCP connection never take the service down.
+    #[test]
+    fn arbitrary_tcp_streams_never_break_the_service(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+        thread_local! {
+            static ENDPOINT: TestEndpoint = TestEndpoint::start(Some("127.0.0.1".parse().unwrap()), |_| {});
+        }
+        ENDPOINT.with(|endpoint| {
+            let mut stream = connect(endpoint);
+            let _ = stream.write_all(&bytes);
+            let _ = stream.shutdown(Shutdown::Write);
+            read_to_close(stream);
+            let result = run_latency(&spec(endpoint.at("127.0.0.1"), LatencyProtocol::Tcp, 1), &mut no_progress).unwrap();
+            prop_assert_eq!(result.summary.received, 1);
+            Ok(())
+        })?;
+    }
+}

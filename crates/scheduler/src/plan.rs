@@ -1,0 +1,749 @@
+//! Periodic planning: tasks × occurrences in a window → runs and non-starts.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use vantage_model::config::{
+    Directions, GroupMembers, SchedulingClass, Segment, Selector, Task, TestDef, TestType,
+    ValidatedConfig,
+};
+
+use crate::timeline::{Blocker, ResourceId, Timeline};
+use crate::{
+    agent_resource, from_ms, rounds, segment_resource, stable_hash, to_ms, to_ms_ceil, AgentInfo,
+    CampaignSummary, Claim, ClaimMode, NonStart, Plan, PlannedRun,
+};
+
+/// Occurrences whose nominal start lies in `[start, end)` are planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanWindow {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+}
+
+/// An agent known to the planner; agents named in the configuration but not
+/// registered get a slot too, so their runs become non-starts with a reason.
+pub(crate) struct AgentSlot {
+    pub name: String,
+    pub tags: BTreeMap<String, String>,
+    pub accepts_inbound: bool,
+    pub capabilities: Option<BTreeSet<String>>,
+    pub registered: bool,
+    /// Membership in each of the configuration's segments.
+    pub in_segment: Vec<bool>,
+    pub resource: ResourceId,
+}
+
+/// Mutable state of one planning call, shared by periodic and on-demand placement.
+pub(crate) struct Planner<'a> {
+    pub timeline: Timeline,
+    pub agents: Vec<AgentSlot>,
+    by_name: HashMap<String, usize>,
+    segments: &'a [Segment],
+    segment_resources: Vec<ResourceId>,
+    /// Run id of every reservation owner: existing runs first, then new ones.
+    pub owners: Vec<String>,
+    pub runs: Vec<PlannedRun>,
+    pub non_starts: Vec<NonStart>,
+    existing_by_id: HashMap<&'a str, &'a PlannedRun>,
+}
+
+/// Who is client and server of a run meant to go `from` → `to`.
+pub(crate) struct Orientation {
+    pub client: usize,
+    pub server: usize,
+    pub reverse: bool,
+}
+
+impl<'a> Planner<'a> {
+    /// `existing` runs that end at or before `relevant_from_ms` are ignored:
+    /// nothing this planner places can start before it.
+    pub fn new(
+        agents: &[AgentInfo],
+        segments: &'a [Segment],
+        existing: &'a [PlannedRun],
+        relevant_from_ms: i64,
+    ) -> Planner<'a> {
+        let existing: Vec<&'a PlannedRun> = existing
+            .iter()
+            .filter(|run| to_ms_ceil(run.end) > relevant_from_ms)
+            .collect();
+        let mut planner = Planner {
+            timeline: Timeline::default(),
+            agents: Vec::new(),
+            by_name: HashMap::new(),
+            segments,
+            segment_resources: Vec::new(),
+            owners: Vec::new(),
+            runs: Vec::new(),
+            non_starts: Vec::new(),
+            existing_by_id: existing
+                .iter()
+                .map(|run| (run.run_id.as_str(), *run))
+                .collect(),
+        };
+        planner.segment_resources = segments
+            .iter()
+            .map(|segment| planner.timeline.intern(&segment_resource(&segment.name)))
+            .collect();
+        let mut sorted: Vec<&AgentInfo> = agents.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        for agent in sorted {
+            if !planner.by_name.contains_key(&agent.name) {
+                planner.add_slot(agent, true);
+            }
+        }
+        for run in existing {
+            let claims: Vec<(ResourceId, ClaimMode)> = run
+                .claims
+                .iter()
+                .map(|claim| (planner.timeline.intern(&claim.resource), claim.mode))
+                .collect();
+            let owner = planner.owners.len();
+            planner.owners.push(run.run_id.clone());
+            planner
+                .timeline
+                .reserve(&claims, to_ms(run.start), to_ms_ceil(run.end), owner);
+        }
+        planner
+    }
+
+    fn add_slot(&mut self, agent: &AgentInfo, registered: bool) -> usize {
+        let in_segment = self
+            .segments
+            .iter()
+            .map(|segment| registered && segment.contains(&agent.name, &agent.tags))
+            .collect();
+        let resource = self.timeline.intern(&agent_resource(&agent.name));
+        let index = self.agents.len();
+        self.agents.push(AgentSlot {
+            name: agent.name.clone(),
+            tags: agent.tags.clone(),
+            accepts_inbound: agent.accepts_inbound,
+            capabilities: agent.capabilities.clone(),
+            registered,
+            in_segment,
+            resource,
+        });
+        self.by_name.insert(agent.name.clone(), index);
+        index
+    }
+
+    /// The slot of a named agent, creating an unregistered one when unknown.
+    pub fn slot_by_name(&mut self, name: &str) -> usize {
+        match self.by_name.get(name) {
+            Some(&index) => index,
+            None => {
+                let unregistered = AgentInfo {
+                    name: name.to_string(),
+                    tags: BTreeMap::new(),
+                    accepts_inbound: false,
+                    capabilities: None,
+                };
+                self.add_slot(&unregistered, false)
+            }
+        }
+    }
+
+    /// Registered agents matched by the selectors, plus named agents that are
+    /// not registered; sorted by name.
+    fn members(&mut self, selectors: &[Selector]) -> Vec<usize> {
+        let mut members: BTreeSet<usize> = self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, agent)| {
+                agent.registered
+                    && selectors
+                        .iter()
+                        .any(|selector| selector.matches(&agent.name, &agent.tags))
+            })
+            .map(|(index, _)| index)
+            .collect();
+        for selector in selectors {
+            if let Selector::Agent(name) = selector {
+                members.insert(self.slot_by_name(name));
+            }
+        }
+        let mut members: Vec<usize> = members.into_iter().collect();
+        members.sort_by(|&a, &b| self.agents[a].name.cmp(&self.agents[b].name));
+        members
+    }
+
+    /// The group's runs as rounds of agent-disjoint `(from, to)` flows.
+    fn rounds(
+        &mut self,
+        members: &GroupMembers,
+        directions: Directions,
+    ) -> Vec<Vec<(usize, usize)>> {
+        let with_reverse = |base: Vec<Vec<(usize, usize)>>| match directions {
+            Directions::One => base,
+            Directions::Both => {
+                let reversed: Vec<Vec<(usize, usize)>> = base
+                    .iter()
+                    .map(|round| round.iter().map(|&(a, b)| (b, a)).collect())
+                    .collect();
+                base.into_iter().chain(reversed).collect()
+            }
+        };
+        match members {
+            GroupMembers::Mesh(selectors) => {
+                let members = self.members(selectors);
+                let base = rounds::round_robin(members.len())
+                    .into_iter()
+                    .map(|round| {
+                        round
+                            .into_iter()
+                            .map(|(i, j)| (members[i], members[j]))
+                            .collect()
+                    })
+                    .collect();
+                with_reverse(base)
+            }
+            GroupMembers::Disjoint { a, b } => {
+                let side_a = self.members(a);
+                let side_b = self.members(b);
+                if side_a.iter().all(|agent| !side_b.contains(agent)) {
+                    with_reverse(rounds::complete_bipartite(&side_a, &side_b))
+                } else {
+                    let pairs: Vec<(usize, usize)> = side_a
+                        .iter()
+                        .flat_map(|&x| side_b.iter().map(move |&y| (x, y)))
+                        .filter(|(x, y)| x != y)
+                        .collect();
+                    rounds::greedy(&flows_with_directions(pairs, directions))
+                }
+            }
+            GroupMembers::List(pairs) => {
+                let pairs: Vec<(usize, usize)> = pairs
+                    .iter()
+                    .map(|(from, to)| (self.slot_by_name(from), self.slot_by_name(to)))
+                    .collect();
+                rounds::greedy(&flows_with_directions(pairs, directions))
+            }
+        }
+    }
+
+    /// Client = the agent that cannot accept inbound connections; the test
+    /// direction is kept with reverse mode where the test has one.
+    pub fn orient(
+        &self,
+        from: usize,
+        to: usize,
+        test_type: TestType,
+    ) -> Result<Orientation, String> {
+        for agent in [from, to].map(|index| &self.agents[index]) {
+            if !agent.registered {
+                return Err(format!("agent '{}' is not registered", agent.name));
+            }
+            if let Some(capabilities) = &agent.capabilities {
+                if !capabilities.contains(test_type.as_str()) {
+                    let offered: Vec<&str> = capabilities.iter().map(String::as_str).collect();
+                    return Err(format!(
+                        "agent '{}' does not offer {} tests (it offers: {})",
+                        agent.name,
+                        test_type.as_str(),
+                        offered.join(", ")
+                    ));
+                }
+            }
+        }
+        if self.agents[to].accepts_inbound {
+            Ok(Orientation {
+                client: from,
+                server: to,
+                reverse: false,
+            })
+        } else if self.agents[from].accepts_inbound {
+            Ok(Orientation {
+                client: to,
+                server: from,
+                reverse: test_type == TestType::Throughput,
+            })
+        } else {
+            Err(format!(
+                "neither '{}' nor '{}' accepts inbound connections (NAT/firewall), so neither can be the server",
+                self.agents[from].name, self.agents[to].name
+            ))
+        }
+    }
+
+    /// Whether a run between the two agents uses any declared segment.
+    fn crosses_segment(&self, first: usize, second: usize) -> bool {
+        let (first, second) = (&self.agents[first], &self.agents[second]);
+        self.segments.iter().enumerate().any(|(index, segment)| {
+            segment.used_by(first.in_segment[index], second.in_segment[index])
+        })
+    }
+
+    /// Resources a run between the two agents claims in its test's class.
+    pub fn claims(
+        &self,
+        client: usize,
+        server: usize,
+        class: SchedulingClass,
+    ) -> Vec<(ResourceId, ClaimMode)> {
+        let mode = match class {
+            SchedulingClass::Exclusive => ClaimMode::Exclusive,
+            SchedulingClass::Shared => ClaimMode::Shared,
+            SchedulingClass::Background => return Vec::new(),
+        };
+        let (client_slot, server_slot) = (&self.agents[client], &self.agents[server]);
+        let mut claims = vec![(client_slot.resource, mode), (server_slot.resource, mode)];
+        for (index, segment) in self.segments.iter().enumerate() {
+            if segment.used_by(client_slot.in_segment[index], server_slot.in_segment[index]) {
+                claims.push((self.segment_resources[index], mode));
+            }
+        }
+        claims
+    }
+
+    pub fn blocker_text(&self, blocker: Option<Blocker>) -> String {
+        match blocker {
+            Some(blocker) => format!(
+                "{} is held by run {}",
+                self.timeline.name(blocker.resource),
+                self.owners[blocker.owner]
+            ),
+            None => "the allowed start range is empty".to_string(),
+        }
+    }
+
+    pub fn existing(&self, run_id: &str) -> Option<&'a PlannedRun> {
+        self.existing_by_id.get(run_id).copied()
+    }
+
+    /// Records a placed run and reserves its resources.
+    pub fn commit(&mut self, placement: RunPlacement<'_>) {
+        let RunPlacement {
+            run_id,
+            task,
+            test,
+            priority,
+            orientation,
+            claims,
+            start_ms,
+            campaign_round,
+        } = placement;
+        let end_ms = start_ms + reserve_ms(test);
+        let owner = self.owners.len();
+        self.owners.push(run_id.clone());
+        self.timeline.reserve(&claims, start_ms, end_ms, owner);
+        self.runs.push(PlannedRun {
+            run_id,
+            task: task.to_string(),
+            test: test.name.clone(),
+            test_type: test.test_type,
+            client: self.agents[orientation.client].name.clone(),
+            server: self.agents[orientation.server].name.clone(),
+            reverse: orientation.reverse,
+            start: from_ms(start_ms),
+            end: from_ms(end_ms),
+            priority,
+            claims: claims
+                .iter()
+                .map(|&(resource, mode)| Claim {
+                    resource: self.timeline.name(resource).to_string(),
+                    mode,
+                })
+                .collect(),
+            spec: test.spec.clone(),
+            campaign_round,
+        });
+    }
+
+    pub fn non_start(&mut self, run: RunIdentity<'_>, reason: String) {
+        self.non_starts.push(NonStart {
+            run_id: run.run_id,
+            task: run.task.to_string(),
+            test: run.test.to_string(),
+            from: self.agents[run.from].name.clone(),
+            to: self.agents[run.to].name.clone(),
+            nominal_start: from_ms(run.nominal_ms),
+            reason,
+        });
+    }
+}
+
+/// A run about to be committed.
+pub(crate) struct RunPlacement<'t> {
+    pub run_id: String,
+    pub task: &'t str,
+    pub test: &'t TestDef,
+    pub priority: i32,
+    pub orientation: Orientation,
+    pub claims: Vec<(ResourceId, ClaimMode)>,
+    pub start_ms: i64,
+    pub campaign_round: Option<u32>,
+}
+
+/// What a non-start is about.
+pub(crate) struct RunIdentity<'t> {
+    pub run_id: String,
+    pub task: &'t str,
+    pub test: &'t str,
+    pub from: usize,
+    pub to: usize,
+    pub nominal_ms: i64,
+}
+
+pub(crate) fn reserve_ms(test: &TestDef) -> i64 {
+    i64::try_from(test.reserve.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+fn duration_ms(duration: std::time::Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+/// Both directions when asked, without repeating a flow already listed.
+fn flows_with_directions(
+    pairs: Vec<(usize, usize)>,
+    directions: Directions,
+) -> Vec<(usize, usize)> {
+    let mut seen = HashSet::new();
+    let reversed: Vec<(usize, usize)> = match directions {
+        Directions::One => Vec::new(),
+        Directions::Both => pairs.iter().map(|&(a, b)| (b, a)).collect(),
+    };
+    pairs
+        .into_iter()
+        .chain(reversed)
+        .filter(|flow| seen.insert(*flow))
+        .collect()
+}
+
+/// Deterministic pseudo-random offset in `[0, slip_ms]`.
+fn slip_offset_ms(seed: u64, key: &str, slip_ms: i64) -> i64 {
+    if slip_ms <= 0 {
+        return 0;
+    }
+    (stable_hash(seed, key) % (slip_ms as u64 + 1)) as i64
+}
+
+fn run_id(task: &str, from: &str, to: &str, occurrence: i64) -> String {
+    format!("{task}/{from}>{to}/{occurrence}")
+}
+
+/// Scheduling order: higher priority first; at equal priority exclusive
+/// (heavy, hard to fit) before shared before background; then by time.
+fn class_rank(class: SchedulingClass) -> u8 {
+    match class {
+        SchedulingClass::Exclusive => 0,
+        SchedulingClass::Shared => 1,
+        SchedulingClass::Background => 2,
+    }
+}
+
+struct TaskPlan<'c> {
+    task: &'c Task,
+    test: &'c TestDef,
+    rounds: Vec<Vec<(usize, usize)>>,
+}
+
+/// Plans every occurrence of every enabled task whose nominal start lies in
+/// the window. `existing` are runs planned earlier (those that may overlap the
+/// window): their resources are respected and runs with the same id are not
+/// planned again, so replanning a window is idempotent. `seed` picks the
+/// pseudo-random slips; the same inputs always give the same plan.
+pub fn plan(
+    config: &ValidatedConfig,
+    agents: &[AgentInfo],
+    window: PlanWindow,
+    existing: &[PlannedRun],
+    seed: u64,
+) -> Plan {
+    // Nominal times are whole milliseconds: rounding both bounds up keeps
+    // consecutive windows an exact partition.
+    let (window_start_ms, window_end_ms) = (to_ms_ceil(window.start), to_ms_ceil(window.end));
+    // Runs of this window start at their nominal time or later, so earlier runs
+    // neither conflict with them nor share their ids.
+    let mut planner = Planner::new(agents, &config.segments, existing, window_start_ms);
+
+    let mut task_plans = Vec::new();
+    for task in config.tasks.iter().filter(|task| task.enabled) {
+        let (Some(test), Some(group)) = (config.test(&task.test), config.group(&task.group)) else {
+            // validate() rules this out; a hand-built config still gets a reason.
+            planner.non_starts.push(NonStart {
+                run_id: format!("{}/*", task.name),
+                task: task.name.clone(),
+                test: task.test.clone(),
+                from: String::new(),
+                to: String::new(),
+                nominal_start: window.start,
+                reason: format!(
+                    "task refers to test '{}' or group '{}' that the configuration does not define",
+                    task.test, task.group
+                ),
+            });
+            continue;
+        };
+        let rounds = planner.rounds(&group.members, task.directions);
+        task_plans.push(TaskPlan { task, test, rounds });
+    }
+
+    // One job per task occurrence; exclusive tasks place a whole campaign per job.
+    let mut jobs: Vec<(Reverse<i32>, u8, i64, usize, i64)> = Vec::new();
+    for (plan_index, task_plan) in task_plans.iter().enumerate() {
+        let every_ms = duration_ms(task_plan.task.every).max(1);
+        let offset_ms = duration_ms(task_plan.task.offset);
+        let mut occurrence = (window_start_ms - offset_ms).div_euclid(every_ms);
+        if occurrence * every_ms + offset_ms < window_start_ms {
+            occurrence += 1;
+        }
+        while occurrence * every_ms + offset_ms < window_end_ms {
+            jobs.push((
+                Reverse(task_plan.task.priority),
+                class_rank(task_plan.test.scheduling),
+                occurrence * every_ms + offset_ms,
+                plan_index,
+                occurrence,
+            ));
+            occurrence += 1;
+        }
+    }
+    jobs.sort();
+
+    let mut campaigns = Vec::new();
+    let mut single_runs = Vec::new();
+    for &(_, _, nominal_ms, plan_index, occurrence) in &jobs {
+        let task_plan = &task_plans[plan_index];
+        if task_plan.test.scheduling == SchedulingClass::Exclusive {
+            campaigns.push(place_campaign(
+                &mut planner,
+                task_plan,
+                occurrence,
+                nominal_ms,
+                seed,
+            ));
+        } else {
+            // Shared and background runs of one occurrence are placed in
+            // order of their preferred start, which spreads them over the slip.
+            single_runs.clear();
+            single_runs.extend(task_plan.rounds.iter().flatten().copied());
+            for &(from, to) in &single_runs {
+                place_single(
+                    &mut planner,
+                    task_plan,
+                    occurrence,
+                    nominal_ms,
+                    (from, to),
+                    seed,
+                );
+            }
+        }
+    }
+
+    let mut runs = planner.runs;
+    runs.sort_by(|a, b| (a.start, &a.run_id).cmp(&(b.start, &b.run_id)));
+    Plan {
+        runs,
+        non_starts: planner.non_starts,
+        campaigns,
+    }
+}
+
+fn place_single(
+    planner: &mut Planner<'_>,
+    task_plan: &TaskPlan<'_>,
+    occurrence: i64,
+    nominal_ms: i64,
+    (from, to): (usize, usize),
+    seed: u64,
+) {
+    let (task, test) = (task_plan.task, task_plan.test);
+    let id = run_id(
+        &task.name,
+        &planner.agents[from].name,
+        &planner.agents[to].name,
+        occurrence,
+    );
+    if planner.existing(&id).is_some() {
+        return;
+    }
+    let identity = RunIdentity {
+        run_id: id,
+        task: &task.name,
+        test: &test.name,
+        from,
+        to,
+        nominal_ms,
+    };
+    let orientation = match planner.orient(from, to, test.test_type) {
+        Ok(orientation) => orientation,
+        Err(reason) => return planner.non_start(identity, reason),
+    };
+    let claims = planner.claims(orientation.client, orientation.server, test.scheduling);
+    let slip_ms = duration_ms(task.slip);
+    let preferred_ms = nominal_ms + slip_offset_ms(seed, &identity.run_id, slip_ms);
+    let latest_ms = nominal_ms + slip_ms;
+    let duration = reserve_ms(test);
+    // From the preferred point to the end of the slip, then from its beginning.
+    let fit = planner
+        .timeline
+        .earliest_fit(&claims, duration, preferred_ms, latest_ms)
+        .or_else(|_| {
+            planner
+                .timeline
+                .earliest_fit(&claims, duration, nominal_ms, latest_ms)
+        });
+    match fit {
+        Ok(start_ms) => {
+            planner.commit(RunPlacement {
+                run_id: identity.run_id,
+                task: &task.name,
+                test,
+                priority: task.priority,
+                orientation,
+                claims,
+                start_ms,
+                campaign_round: None,
+            });
+        }
+        Err(blocker) => {
+            let reason = format!(
+                "no conflict-free start within the slip ({}s after the nominal time): {}",
+                slip_ms as f64 / 1000.0,
+                planner.blocker_text(blocker)
+            );
+            planner.non_start(identity, reason);
+        }
+    }
+}
+
+/// One occurrence of an exclusive task. Runs are placed in round order, each
+/// at the earliest conflict-free time after every resource it claims (both
+/// agents, crossed segments) finished its previous run of the campaign plus
+/// the task's round gap. Without other contention this reproduces the rounds
+/// exactly (each round as long as its longest run); with contention
+/// (segments, other tasks) a delayed pair holds up only its own resources
+/// instead of a whole round, and the gap also leaves room on busy segments.
+/// Every run must start early enough to end before the next occurrence is due.
+fn place_campaign(
+    planner: &mut Planner<'_>,
+    task_plan: &TaskPlan<'_>,
+    occurrence: i64,
+    nominal_ms: i64,
+    seed: u64,
+) -> CampaignSummary {
+    let (task, test) = (task_plan.task, task_plan.test);
+    let duration = reserve_ms(test);
+    let start_ms = nominal_ms
+        + slip_offset_ms(
+            seed,
+            &format!("{}/{occurrence}", task.name),
+            duration_ms(task.slip),
+        );
+    let latest_start_ms = nominal_ms + duration_ms(task.every) - duration;
+    let gap_ms = duration_ms(task.round_gap);
+    let (runs_before, non_starts_before) = (planner.runs.len(), planner.non_starts.len());
+    // When each claimed resource is free for its next run of this campaign.
+    let mut ready_ms: HashMap<ResourceId, i64> = HashMap::new();
+    let mut last_end_ms = start_ms;
+    let mut participants = BTreeSet::new();
+    let mut rounds_used = BTreeSet::new();
+    // Round order, but runs that cross a segment last: they queue on the
+    // segment, and agents waiting for them would otherwise hold up their runs
+    // that cross nothing. Without segments this is plain round order.
+    let mut order: Vec<(usize, usize, usize)> = task_plan
+        .rounds
+        .iter()
+        .enumerate()
+        .flat_map(|(round_index, round)| {
+            round.iter().map(move |&(from, to)| (round_index, from, to))
+        })
+        .collect();
+    order.sort_by_key(|&(round_index, from, to)| (planner.crosses_segment(from, to), round_index));
+    for (round_index, from, to) in order {
+        participants.insert(from);
+        participants.insert(to);
+        let id = run_id(
+            &task.name,
+            &planner.agents[from].name,
+            &planner.agents[to].name,
+            occurrence,
+        );
+        if let Some(existing) = planner.existing(&id) {
+            let end_ms = to_ms_ceil(existing.end);
+            for claim in &existing.claims {
+                let resource = planner.timeline.intern(&claim.resource);
+                ready_ms.insert(resource, end_ms + gap_ms);
+            }
+            last_end_ms = last_end_ms.max(end_ms);
+            rounds_used.insert(round_index);
+            continue;
+        }
+        let identity = RunIdentity {
+            run_id: id,
+            task: &task.name,
+            test: &test.name,
+            from,
+            to,
+            nominal_ms,
+        };
+        let orientation = match planner.orient(from, to, test.test_type) {
+            Ok(orientation) => orientation,
+            Err(reason) => {
+                planner.non_start(identity, reason);
+                continue;
+            }
+        };
+        let claims = planner.claims(orientation.client, orientation.server, test.scheduling);
+        let busiest = claims
+            .iter()
+            .filter_map(|&(resource, _)| ready_ms.get(&resource).map(|&ready| (ready, resource)))
+            .max();
+        let earliest_ms = busiest.map_or(start_ms, |(ready, _)| ready.max(start_ms));
+        if let Some((ready, resource)) = busiest.filter(|&(ready, _)| ready > latest_start_ms) {
+            let reason = format!(
+                    "campaign round {round_index} does not fit in the period: {} is busy with earlier runs of this campaign until {}, too late to end before the next occurrence",
+                    planner.timeline.name(resource),
+                    from_ms(ready).to_rfc3339()
+                );
+            planner.non_start(identity, reason);
+            continue;
+        }
+        match planner
+            .timeline
+            .earliest_fit(&claims, duration, earliest_ms, latest_start_ms)
+        {
+            Ok(run_start_ms) => {
+                let end_ms = run_start_ms + duration;
+                for &(resource, _) in &claims {
+                    ready_ms.insert(resource, end_ms + gap_ms);
+                }
+                last_end_ms = last_end_ms.max(end_ms);
+                rounds_used.insert(round_index);
+                planner.commit(RunPlacement {
+                    run_id: identity.run_id,
+                    task: &task.name,
+                    test,
+                    priority: task.priority,
+                    orientation,
+                    claims,
+                    start_ms: run_start_ms,
+                    campaign_round: u32::try_from(round_index).ok(),
+                });
+            }
+            Err(blocker) => {
+                let reason = format!(
+                        "campaign round {round_index} found no conflict-free start early enough to end before the next occurrence of the task: {}",
+                        planner.blocker_text(blocker)
+                    );
+                planner.non_start(identity, reason);
+            }
+        }
+    }
+    let flows: Vec<(usize, usize)> = task_plan.rounds.iter().flatten().copied().collect();
+    CampaignSummary {
+        task: task.name.clone(),
+        occurrence,
+        agents: participants.len(),
+        runs_planned: planner.runs.len() - runs_before,
+        non_starts: planner.non_starts.len() - non_starts_before,
+        rounds: rounds_used.len(),
+        min_rounds: rounds::max_degree(&flows),
+        start: from_ms(start_ms),
+        end: from_ms(last_end_ms),
+    }
+}

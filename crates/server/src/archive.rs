@@ -1,0 +1,1187 @@
+//! The archive: one schema on SQLite (default, WAL) or PostgreSQL (fleets).
+//!
+//! All SQL goes through sqlx's `Any` driver with `$N` placeholders, which both
+//! backends accept, so there is one code path. Times are stored as microseconds
+//! since the Unix epoch (`*_us` columns) and JSON documents as text; that keeps
+//! the schema identical and lets ranges use plain integer indexes.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+use vantage_model::control::{AgentRegistration, AppMetric, ResultUpload, Role, RunOutcome};
+use vantage_scheduler::Claim;
+
+/// Why an archive operation failed; the message names the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("database URL '{0}' is not supported: use sqlite://PATH or postgres://…")]
+    UnsupportedUrl(String),
+    #[error("database error while {context}: {source}")]
+    Sql {
+        context: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored {what} is not valid JSON: {source}")]
+    Json {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn sql(context: &'static str) -> impl FnOnce(sqlx::Error) -> ArchiveError {
+    move |source| ArchiveError::Sql { context, source }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub fn to_us(time: DateTime<Utc>) -> i64 {
+    time.timestamp_micros()
+}
+
+pub fn from_us(time_us: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(time_us).unwrap_or_default()
+}
+
+pub fn now_us() -> i64 {
+    to_us(Utc::now())
+}
+
+/// Tokens are stored hashed so that a leaked database does not leak credentials.
+fn token_digest(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// A registered agent as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentRecord {
+    #[serde(flatten)]
+    pub registration: AgentRegistration,
+    pub registered_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+}
+
+/// Life cycle of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Planned; the agent has not fetched it yet.
+    Scheduled,
+    /// The client agent fetched it.
+    Dispatched,
+    /// A result was stored.
+    Completed,
+    /// The agent reported that the measurement could not be made.
+    Failed,
+    /// The scheduler could not place it; `reason` says why.
+    NonStart,
+    /// No result arrived in time; `reason` says why. A late result still completes it.
+    Missed,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Scheduled => "scheduled",
+            RunState::Dispatched => "dispatched",
+            RunState::Completed => "completed",
+            RunState::Failed => "failed",
+            RunState::NonStart => "non_start",
+            RunState::Missed => "missed",
+        }
+    }
+
+    fn parse(text: &str) -> RunState {
+        match text {
+            "dispatched" => RunState::Dispatched,
+            "completed" => RunState::Completed,
+            "failed" => RunState::Failed,
+            "non_start" => RunState::NonStart,
+            "missed" => RunState::Missed,
+            _ => RunState::Scheduled,
+        }
+    }
+}
+
+/// A run as stored (planned, non-started, or finished).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub task: String,
+    /// Test type (`latency`, `throughput`, `capacity`): what the agent runs.
+    pub test: String,
+    /// Name of the test definition in the configuration.
+    pub test_name: String,
+    pub client: String,
+    pub server: String,
+    pub spec: serde_json::Value,
+    /// Holds both agents (and any declared segment) exclusively.
+    pub exclusive: bool,
+    /// Throughput: the server agent sends (NAT orientation).
+    pub reverse: bool,
+    pub priority: i64,
+    /// Resources the run holds, as the scheduler claimed them.
+    pub claims: Vec<Claim>,
+    pub planned_start_us: i64,
+    pub planned_end_us: i64,
+    pub actual_start_us: Option<i64>,
+    pub actual_end_us: Option<i64>,
+    pub state: RunState,
+    pub reason: Option<String>,
+}
+
+/// Summary metrics indexed next to each raw result; the names are the query API's `metric`.
+pub const METRICS: &[&str] = &[
+    "rtt_min_us",
+    "rtt_median_us",
+    "rtt_p95_us",
+    "loss_ratio",
+    "jitter_us",
+    "sent_bps",
+    "received_bps",
+    "retransmits",
+];
+
+/// Extracts the indexed metrics from a result document following the JSON contracts
+/// (latency: `summary.rtt_us.*`, `summary.loss_ratio`, `summary.jitter_us.rfc3550`;
+/// throughput: `summary.sent_bps`, `summary.received_bps`, `summary.retransmits`).
+pub fn summary_metrics(result: &serde_json::Value) -> [Option<f64>; 8] {
+    let summary = &result["summary"];
+    let number = |value: &serde_json::Value| value.as_f64();
+    [
+        number(&summary["rtt_us"]["min"]),
+        number(&summary["rtt_us"]["median"]),
+        number(&summary["rtt_us"]["p95"]),
+        number(&summary["loss_ratio"]),
+        number(&summary["jitter_us"]["rfc3550"]),
+        number(&summary["sent_bps"]),
+        number(&summary["received_bps"]),
+        number(&summary["retransmits"]),
+    ]
+}
+
+/// A stored result with its indexed metrics and (optionally) the raw document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredResult {
+    pub run_id: String,
+    pub test: String,
+    pub client: String,
+    pub server: String,
+    pub start_time: DateTime<Utc>,
+    pub end_time: DateTime<Utc>,
+    pub outcome: String,
+    pub error: Option<String>,
+    pub metrics: BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+}
+
+/// Which results a query selects; `None` fields do not filter.
+#[derive(Debug, Clone, Default)]
+pub struct ResultFilter {
+    pub client: Option<String>,
+    pub server: Option<String>,
+    pub test: Option<String>,
+    pub from_us: Option<i64>,
+    pub to_us: Option<i64>,
+    pub limit: i64,
+    pub include_raw: bool,
+}
+
+/// One downsampling bucket of a metric series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeriesBucket {
+    pub start_time: DateTime<Utc>,
+    pub count: i64,
+    pub avg: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Outcome of ingesting one upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingest {
+    Stored,
+    Duplicate,
+}
+
+/// Why an upload was refused (the client's fault, reported as HTTP 4xx).
+#[derive(Debug, thiserror::Error)]
+pub enum IngestRefusal {
+    #[error("run '{0}' does not exist")]
+    UnknownRun(String),
+    #[error("run '{run_id}' belongs to client '{client}', not to agent '{agent}'")]
+    WrongAgent {
+        run_id: String,
+        client: String,
+        agent: String,
+    },
+    #[error("upload for run '{0}' says completed but has no result document")]
+    MissingResult(String),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredAppMetric {
+    #[serde(flatten)]
+    pub metric: AppMetric,
+    pub publisher: String,
+}
+
+/// How many rows retention removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RetentionReport {
+    pub results: u64,
+    pub runs: u64,
+    pub app_metrics: u64,
+}
+
+#[derive(Clone)]
+pub struct Archive {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Archive {
+    /// Opens (creating if needed) and migrates the database at `url`.
+    pub async fn open(url: &str) -> Result<Archive, ArchiveError> {
+        sqlx::any::install_default_drivers();
+        let (backend, url, max_connections) = if let Some(rest) = url.strip_prefix("sqlite://") {
+            let with_mode = if rest.contains("mode=") {
+                url.to_string()
+            } else if rest.contains('?') {
+                format!("{url}&mode=rwc")
+            } else {
+                format!("{url}?mode=rwc")
+            };
+            // SQLite has one writer; a small pool avoids lock convoys.
+            (Backend::Sqlite, with_mode, 4)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (Backend::Postgres, url.to_string(), 16)
+        } else {
+            return Err(ArchiveError::UnsupportedUrl(url.to_string()));
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // WAL lets readers (queries, SSE) run beside the ingest writer.
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA busy_timeout = 10000")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA foreign_keys = ON")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await
+            .map_err(sql("connecting"))?;
+        match backend {
+            Backend::Sqlite => sqlx::migrate!("migrations/sqlite").run(&pool).await?,
+            Backend::Postgres => sqlx::migrate!("migrations/postgres").run(&pool).await?,
+        }
+        Ok(Archive { pool, backend })
+    }
+
+    /// Starts a transaction that will write. On SQLite it takes the write lock up front
+    /// (BEGIN IMMEDIATE): a deferred transaction that reads first and then writes gets
+    /// SQLITE_BUSY at once, without waiting, when another writer committed meanwhile.
+    async fn write_transaction(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    // ---- tokens -------------------------------------------------------------
+
+    pub async fn add_token(&self, token: &str, name: &str, role: Role) -> Result<(), ArchiveError> {
+        sqlx::query(
+            "INSERT INTO tokens (token_sha256, name, role, created_us) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (token_sha256) DO UPDATE SET name = excluded.name, role = excluded.role",
+        )
+        .bind(token_digest(token))
+        .bind(name)
+        .bind(role.as_str())
+        .bind(now_us())
+        .execute(&self.pool)
+        .await
+        .map_err(sql("storing a token"))?;
+        Ok(())
+    }
+
+    /// The name and role a bearer token grants, if it is known.
+    pub async fn token(&self, token: &str) -> Result<Option<(String, Role)>, ArchiveError> {
+        let row = sqlx::query("SELECT name, role FROM tokens WHERE token_sha256 = $1")
+            .bind(token_digest(token))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql("looking up a token"))?;
+        Ok(row.and_then(|row| {
+            let role = Role::parse(&row.get::<String, _>("role"))?;
+            Some((row.get("name"), role))
+        }))
+    }
+
+    // ---- agents -------------------------------------------------------------
+
+    pub async fn register_agent(&self, agent: &AgentRegistration) -> Result<(), ArchiveError> {
+        let now = now_us();
+        sqlx::query(
+            "INSERT INTO agents (name, addresses, endpoint_port, tags, capabilities, accepts_inbound, \
+             registered_us, last_seen_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (name) DO UPDATE SET addresses = excluded.addresses, \
+             endpoint_port = excluded.endpoint_port, tags = excluded.tags, \
+             capabilities = excluded.capabilities, accepts_inbound = excluded.accepts_inbound, \
+             last_seen_us = excluded.last_seen_us",
+        )
+        .bind(&agent.name)
+        .bind(to_json_text(&agent.addresses))
+        .bind(i64::from(agent.endpoint_port))
+        .bind(to_json_text(&agent.tags))
+        .bind(to_json_text(&agent.capabilities))
+        .bind(i64::from(agent.accepts_inbound))
+        .bind(now)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(sql("registering an agent"))?;
+        Ok(())
+    }
+
+    /// Records a heartbeat; false when the agent is not registered.
+    pub async fn touch_agent(&self, name: &str) -> Result<bool, ArchiveError> {
+        let done = sqlx::query("UPDATE agents SET last_seen_us = $1 WHERE name = $2")
+            .bind(now_us())
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(sql("recording a heartbeat"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    pub async fn agents(&self) -> Result<Vec<AgentRecord>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT name, addresses, endpoint_port, tags, capabilities, accepts_inbound, \
+             registered_us, last_seen_us FROM agents ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("listing agents"))?;
+        rows.iter().map(agent_from_row).collect()
+    }
+
+    // ---- configuration and requests ----------------------------------------
+
+    /// Stores a validated configuration document as the new current version.
+    pub async fn store_config(&self, document: &serde_json::Value) -> Result<i64, ArchiveError> {
+        let mut tx = self
+            .write_transaction()
+            .await
+            .map_err(sql("storing a config"))?;
+        let latest: Option<i64> = sqlx::query("SELECT MAX(version) AS v FROM configs")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(sql("storing a config"))?
+            .try_get("v")
+            .ok();
+        let version = latest.unwrap_or(0) + 1;
+        sqlx::query("INSERT INTO configs (version, applied_us, document) VALUES ($1, $2, $3)")
+            .bind(version)
+            .bind(now_us())
+            .bind(document.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("storing a config"))?;
+        tx.commit().await.map_err(sql("storing a config"))?;
+        Ok(version)
+    }
+
+    pub async fn current_config(&self) -> Result<Option<(i64, serde_json::Value)>, ArchiveError> {
+        let row =
+            sqlx::query("SELECT version, document FROM configs ORDER BY version DESC LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(sql("reading the config"))?;
+        row.map(|row| {
+            let document = parse_json("config", &row.get::<String, _>("document"))?;
+            Ok((row.get("version"), document))
+        })
+        .transpose()
+    }
+
+    pub async fn add_request(
+        &self,
+        id: &str,
+        document: &serde_json::Value,
+    ) -> Result<(), ArchiveError> {
+        sqlx::query(
+            "INSERT INTO requests (id, document, state, created_us) VALUES ($1, $2, 'pending', $3)",
+        )
+        .bind(id)
+        .bind(document.to_string())
+        .bind(now_us())
+        .execute(&self.pool)
+        .await
+        .map_err(sql("storing a run request"))?;
+        Ok(())
+    }
+
+    /// Requests the planner has not placed yet, oldest first.
+    pub async fn pending_requests(&self) -> Result<Vec<(String, serde_json::Value)>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT id, document FROM requests WHERE state = 'pending' ORDER BY created_us",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading run requests"))?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.get("id"),
+                    parse_json("request", &row.get::<String, _>("document"))?,
+                ))
+            })
+            .collect()
+    }
+
+    pub async fn close_request(&self, id: &str) -> Result<(), ArchiveError> {
+        sqlx::query("UPDATE requests SET state = 'planned' WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(sql("closing a run request"))?;
+        Ok(())
+    }
+
+    // ---- runs ----------------------------------------------------------------
+
+    /// Inserts planned runs and non-starts; ids already present are left alone, so two
+    /// planners (or a re-plan after restart) never duplicate a run. Returns how many were new.
+    pub async fn insert_runs(&self, runs: &[RunRecord]) -> Result<u64, ArchiveError> {
+        let mut tx = self
+            .write_transaction()
+            .await
+            .map_err(sql("storing runs"))?;
+        let mut inserted = 0;
+        let now = now_us();
+        for run in runs {
+            let done = sqlx::query(
+                "INSERT INTO runs (id, task, test, test_name, client, server, spec, exclusive, reverse, priority, \
+                 claims, planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason, created_us) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(&run.id)
+            .bind(&run.task)
+            .bind(&run.test)
+            .bind(&run.test_name)
+            .bind(&run.client)
+            .bind(&run.server)
+            .bind(run.spec.to_string())
+            .bind(i64::from(run.exclusive))
+            .bind(i64::from(run.reverse))
+            .bind(run.priority)
+            .bind(to_json_text(&run.claims))
+            .bind(run.planned_start_us)
+            .bind(run.planned_end_us)
+            .bind(run.actual_start_us)
+            .bind(run.actual_end_us)
+            .bind(run.state.as_str())
+            .bind(run.reason.as_deref())
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("storing runs"))?;
+            inserted += done.rows_affected();
+        }
+        tx.commit().await.map_err(sql("storing runs"))?;
+        Ok(inserted)
+    }
+
+    /// Runs for client `agent` starting before `until_us` that it has not fetched yet
+    /// (plus, with `include_dispatched`, those it fetched before: an agent that restarted
+    /// asks for them again). Returned runs are marked dispatched in the same transaction.
+    pub async fn take_runs_for(
+        &self,
+        agent: &str,
+        until_us: i64,
+        include_dispatched: bool,
+    ) -> Result<Vec<RunRecord>, ArchiveError> {
+        let states = if include_dispatched {
+            "('scheduled', 'dispatched')"
+        } else {
+            "('scheduled')"
+        };
+        let mut tx = self
+            .write_transaction()
+            .await
+            .map_err(sql("reading assigned runs"))?;
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE client = $1 AND state IN {states} \
+             AND planned_start_us < $2 ORDER BY planned_start_us"
+        ))
+        .bind(agent)
+        .bind(until_us)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(sql("reading assigned runs"))?;
+        let runs: Vec<RunRecord> = rows.iter().map(run_from_row).collect::<Result<_, _>>()?;
+        for run in runs.iter().filter(|run| run.state == RunState::Scheduled) {
+            sqlx::query(
+                "UPDATE runs SET state = 'dispatched' WHERE id = $1 AND state = 'scheduled'",
+            )
+            .bind(&run.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("marking runs dispatched"))?;
+        }
+        tx.commit().await.map_err(sql("marking runs dispatched"))?;
+        Ok(runs)
+    }
+
+    /// All runs whose planned start lies in `[from_us, to_us)`.
+    pub async fn runs_between(
+        &self,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<Vec<RunRecord>, ArchiveError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE planned_start_us >= $1 AND planned_start_us < $2 \
+             ORDER BY planned_start_us, id"
+        ))
+        .bind(from_us)
+        .bind(to_us)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("listing runs"))?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// Runs holding resources at some point of `[from_us, to_us)` (non-starts hold none).
+    pub async fn runs_overlapping(
+        &self,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<Vec<RunRecord>, ArchiveError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE planned_end_us > $1 AND planned_start_us < $2 \
+             AND state <> 'non_start' ORDER BY planned_start_us, id"
+        ))
+        .bind(from_us)
+        .bind(to_us)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("listing planned runs"))?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// Removes the forecast from `from_us` on: periodic runs not yet handed to an agent
+    /// and the non-starts predicted for them. Used before replanning when the
+    /// configuration or the set of agents changed; on-demand runs and anything an agent
+    /// already fetched stay.
+    pub async fn discard_forecast(&self, from_us: i64) -> Result<u64, ArchiveError> {
+        let done = sqlx::query(
+            "DELETE FROM runs WHERE planned_start_us >= $1 AND state IN ('scheduled', 'non_start') \
+             AND task <> $2",
+        )
+        .bind(from_us)
+        .bind(vantage_scheduler::ON_DEMAND_TASK)
+        .execute(&self.pool)
+        .await
+        .map_err(sql("discarding the forecast"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Cancels a run nobody fetched yet, recording why; false if it was already
+    /// handed to its agent (or finished) and so cannot be cancelled.
+    pub async fn cancel_run(&self, run_id: &str, reason: &str) -> Result<bool, ArchiveError> {
+        let done = sqlx::query("UPDATE runs SET state = 'non_start', reason = $1 WHERE id = $2 AND state = 'scheduled'")
+            .bind(reason)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await
+            .map_err(sql("cancelling a run"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Marks runs whose result is overdue as missed and returns them.
+    pub async fn mark_missed(
+        &self,
+        overdue_before_us: i64,
+    ) -> Result<Vec<RunRecord>, ArchiveError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE state IN ('scheduled', 'dispatched') AND planned_end_us < $1"
+        ))
+        .bind(overdue_before_us)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("finding overdue runs"))?;
+        let mut missed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut run = run_from_row(row)?;
+            let reason = if run.state == RunState::Scheduled {
+                format!(
+                    "agent '{}' never fetched the run before it was due",
+                    run.client
+                )
+            } else {
+                format!(
+                    "agent '{}' fetched the run but reported no result in time",
+                    run.client
+                )
+            };
+            let done = sqlx::query(
+                "UPDATE runs SET state = 'missed', reason = $1 WHERE id = $2 AND state IN ('scheduled', 'dispatched')",
+            )
+            .bind(&reason)
+            .bind(&run.id)
+            .execute(&self.pool)
+            .await
+            .map_err(sql("marking a run missed"))?;
+            if done.rows_affected() > 0 {
+                run.state = RunState::Missed;
+                run.reason = Some(reason);
+                missed.push(run);
+            }
+        }
+        Ok(missed)
+    }
+
+    // ---- results -------------------------------------------------------------
+
+    /// Stores one upload exactly once: a retry of an already stored run id is a no-op.
+    pub async fn ingest(
+        &self,
+        upload: &ResultUpload,
+    ) -> Result<(Ingest, RunRecord), IngestRefusal> {
+        let mut outcomes = self.ingest_batch(std::slice::from_ref(upload)).await?;
+        outcomes.pop().expect("one outcome per upload")
+    }
+
+    /// Stores a batch of uploads in one transaction; each element answers one upload.
+    pub async fn ingest_batch(
+        &self,
+        uploads: &[ResultUpload],
+    ) -> Result<Vec<Result<(Ingest, RunRecord), IngestRefusal>>, ArchiveError> {
+        let received = now_us();
+        let mut tx = self
+            .write_transaction()
+            .await
+            .map_err(sql("ingesting results"))?;
+        let mut outcomes = Vec::with_capacity(uploads.len());
+        for upload in uploads {
+            let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
+                .bind(&upload.run_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(sql("ingesting results"))?;
+            let Some(row) = row else {
+                outcomes.push(Err(IngestRefusal::UnknownRun(upload.run_id.clone())));
+                continue;
+            };
+            let mut run = run_from_row(&row)?;
+            if run.client != upload.agent {
+                outcomes.push(Err(IngestRefusal::WrongAgent {
+                    run_id: run.id.clone(),
+                    client: run.client.clone(),
+                    agent: upload.agent.clone(),
+                }));
+                continue;
+            }
+            let (raw, metrics) = match (&upload.outcome, &upload.result) {
+                (RunOutcome::Completed, Some(result)) => {
+                    (result.to_string(), summary_metrics(result))
+                }
+                (RunOutcome::Completed, None) => {
+                    outcomes.push(Err(IngestRefusal::MissingResult(upload.run_id.clone())));
+                    continue;
+                }
+                (RunOutcome::Failed, result) => (
+                    result
+                        .as_ref()
+                        .map(|r| r.to_string())
+                        .unwrap_or_else(|| "null".into()),
+                    [None; 8],
+                ),
+            };
+            let outcome = match upload.outcome {
+                RunOutcome::Completed => "completed",
+                RunOutcome::Failed => "failed",
+            };
+            let start_us = to_us(upload.actual_start);
+            let end_us = to_us(upload.actual_end);
+            // sqlx 0.8's Any driver declares a NULL f64 as float4 on PostgreSQL, so a
+            // statement cached with a NULL metric rejects a later f64 in that place. Absent
+            // metrics are therefore written as literal NULLs: each pattern of present
+            // metrics (latency, throughput, failed) is its own consistently typed statement.
+            let insert_text = results_insert(&metrics);
+            let mut insert = sqlx::query(&insert_text)
+                .bind(&run.id)
+                .bind(&run.test)
+                .bind(&run.client)
+                .bind(&run.server)
+                .bind(start_us)
+                .bind(end_us)
+                .bind(received)
+                .bind(outcome)
+                .bind(upload.error.as_deref())
+                .bind(raw);
+            for value in metrics.into_iter().flatten() {
+                insert = insert.bind(value);
+            }
+            let done = insert
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("ingesting results"))?;
+            if done.rows_affected() == 0 {
+                outcomes.push(Ok((Ingest::Duplicate, run)));
+                continue;
+            }
+            sqlx::query(
+                "UPDATE runs SET state = $1, actual_start_us = $2, actual_end_us = $3, reason = $4 WHERE id = $5",
+            )
+            .bind(outcome)
+            .bind(start_us)
+            .bind(end_us)
+            .bind(upload.error.as_deref())
+            .bind(&run.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("ingesting results"))?;
+            run.state = RunState::parse(outcome);
+            run.actual_start_us = Some(start_us);
+            run.actual_end_us = Some(end_us);
+            run.reason = upload.error.clone();
+            outcomes.push(Ok((Ingest::Stored, run)));
+        }
+        tx.commit().await.map_err(sql("ingesting results"))?;
+        Ok(outcomes)
+    }
+
+    pub async fn results(&self, filter: &ResultFilter) -> Result<Vec<StoredResult>, ArchiveError> {
+        let raw_column = if filter.include_raw { ", raw" } else { "" };
+        let (clause, binds) = result_where(filter);
+        let text = format!(
+            "SELECT run_id, test, client, server, start_us, end_us, outcome, error, {metrics}{raw_column} \
+             FROM results {clause} ORDER BY start_us DESC LIMIT {limit}",
+            metrics = METRICS.join(", "),
+            limit = filter.limit.max(1)
+        );
+        let mut query = sqlx::query(&text);
+        for bind in binds {
+            query = bind.apply(query);
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql("querying results"))?;
+        rows.iter()
+            .map(|row| result_from_row(row, filter.include_raw))
+            .collect()
+    }
+
+    /// `metric` downsampled into `bucket_us`-wide buckets over `[from_us, to_us)`.
+    /// `metric` must be one of [`METRICS`] (the caller checks, the name is spliced into SQL).
+    pub async fn series(
+        &self,
+        filter: &ResultFilter,
+        metric: &str,
+        bucket_us: i64,
+    ) -> Result<Vec<SeriesBucket>, ArchiveError> {
+        assert!(METRICS.contains(&metric), "metric names come from METRICS");
+        let origin_us = filter.from_us.unwrap_or(0);
+        let (clause, binds) = result_where(filter);
+        let text = format!(
+            "SELECT (start_us - {origin_us}) / {bucket} AS bucket, COUNT({metric}) AS n, AVG({metric}) AS avg_value, \
+             MIN({metric}) AS min_value, MAX({metric}) AS max_value FROM results {clause} \
+             {and} {metric} IS NOT NULL GROUP BY bucket ORDER BY bucket",
+            bucket = bucket_us.max(1),
+            and = if clause.is_empty() { "WHERE" } else { "AND" },
+        );
+        let mut query = sqlx::query(&text);
+        for bind in binds {
+            query = bind.apply(query);
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql("querying a series"))?;
+        Ok(rows
+            .iter()
+            .map(|row| SeriesBucket {
+                start_time: from_us(origin_us + row.get::<i64, _>("bucket") * bucket_us.max(1)),
+                count: row.get("n"),
+                avg: row.get("avg_value"),
+                min: row.get("min_value"),
+                max: row.get("max_value"),
+            })
+            .collect())
+    }
+
+    /// The newest result of each (client, server, test).
+    pub async fn latest_per_pair(&self) -> Result<Vec<StoredResult>, ArchiveError> {
+        let text = format!(
+            "SELECT r.run_id, r.test, r.client, r.server, r.start_us, r.end_us, r.outcome, r.error, {metrics} \
+             FROM results r JOIN (SELECT client, server, test, MAX(start_us) AS newest FROM results \
+             WHERE outcome = 'completed' GROUP BY client, server, test) n ON r.client = n.client AND \
+             r.server = n.server AND r.test = n.test AND r.start_us = n.newest WHERE r.outcome = 'completed' \
+             ORDER BY r.client, r.server, r.test",
+            metrics = METRICS.iter().map(|m| format!("r.{m}")).collect::<Vec<_>>().join(", ")
+        );
+        let rows = sqlx::query(&text)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql("reading the latest results"))?;
+        rows.iter().map(|row| result_from_row(row, false)).collect()
+    }
+
+    // ---- app metrics -----------------------------------------------------------
+
+    pub async fn add_app_metrics(
+        &self,
+        metrics: &[AppMetric],
+        publisher: &str,
+    ) -> Result<(), ArchiveError> {
+        let mut tx = self
+            .write_transaction()
+            .await
+            .map_err(sql("storing app metrics"))?;
+        for metric in metrics {
+            sqlx::query(
+                "INSERT INTO app_metrics (name, value, unit, time_us, tags, publisher) VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(&metric.name)
+            .bind(metric.value)
+            .bind(&metric.unit)
+            .bind(to_us(metric.timestamp))
+            .bind(serde_json::to_string(&metric.tags).expect("string map serialises"))
+            .bind(publisher)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("storing app metrics"))?;
+        }
+        tx.commit().await.map_err(sql("storing app metrics"))?;
+        Ok(())
+    }
+
+    /// App metrics named `name` (any name when `None`) in `[from_us, to_us)` whose tags
+    /// include every pair of `tags`, oldest first.
+    pub async fn app_metrics(
+        &self,
+        name: Option<&str>,
+        from_time_us: i64,
+        to_time_us: i64,
+        tags: &BTreeMap<String, String>,
+        limit: i64,
+    ) -> Result<Vec<StoredAppMetric>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT name, value, unit, time_us, tags, publisher FROM app_metrics \
+             WHERE ($1 = '' OR name = $2) AND time_us >= $3 AND time_us < $4 ORDER BY time_us",
+        )
+        .bind(name.unwrap_or(""))
+        .bind(name.unwrap_or(""))
+        .bind(from_time_us)
+        .bind(to_time_us)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("querying app metrics"))?;
+        let mut selected = Vec::new();
+        for row in &rows {
+            let metric_tags: BTreeMap<String, String> =
+                serde_json::from_str(&row.get::<String, _>("tags")).map_err(|source| {
+                    ArchiveError::Json {
+                        what: "app metric tags",
+                        source,
+                    }
+                })?;
+            if !tags
+                .iter()
+                .all(|(key, value)| metric_tags.get(key) == Some(value))
+            {
+                continue;
+            }
+            selected.push(StoredAppMetric {
+                metric: AppMetric {
+                    name: row.get("name"),
+                    value: row.get("value"),
+                    unit: row.get("unit"),
+                    timestamp: from_us(row.get("time_us")),
+                    tags: metric_tags,
+                },
+                publisher: row.get("publisher"),
+            });
+            if selected.len() as i64 >= limit {
+                break;
+            }
+        }
+        Ok(selected)
+    }
+
+    // ---- retention and leadership ---------------------------------------------
+
+    /// Deletes results, finished runs and app metrics older than `cutoff_us`.
+    pub async fn apply_retention(&self, cutoff_us: i64) -> Result<RetentionReport, ArchiveError> {
+        let delete = |text: &'static str| {
+            let pool = self.pool.clone();
+            async move {
+                sqlx::query(text)
+                    .bind(cutoff_us)
+                    .execute(&pool)
+                    .await
+                    .map(|done| done.rows_affected())
+                    .map_err(sql("applying retention"))
+            }
+        };
+        Ok(RetentionReport {
+            results: delete("DELETE FROM results WHERE start_us < $1").await?,
+            runs: delete(
+                "DELETE FROM runs WHERE planned_end_us < $1 AND state NOT IN ('scheduled', 'dispatched')",
+            )
+            .await?,
+            app_metrics: delete("DELETE FROM app_metrics WHERE time_us < $1").await?,
+        })
+    }
+
+    /// Takes or renews the lease `name` for `holder` until `now + ttl_us`; true when held.
+    /// Server replicas sharing one database elect the scheduler leader this way; the
+    /// conditional upsert is atomic on both backends.
+    pub async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_us: i64,
+    ) -> Result<bool, ArchiveError> {
+        let now = now_us();
+        sqlx::query(
+            "INSERT INTO leases (name, holder, expires_us) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE \
+             SET holder = excluded.holder, expires_us = excluded.expires_us \
+             WHERE leases.holder = excluded.holder OR leases.expires_us < $4",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(now + ttl_us)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(sql("acquiring the scheduler lease"))?;
+        let row = sqlx::query("SELECT holder FROM leases WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql("acquiring the scheduler lease"))?;
+        Ok(row.get::<String, _>("holder") == holder)
+    }
+
+    pub async fn planner_mark(&self, name: &str) -> Result<Option<i64>, ArchiveError> {
+        let row = sqlx::query("SELECT value FROM planner_state WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql("reading planner state"))?;
+        Ok(row.map(|row| row.get("value")))
+    }
+
+    pub async fn set_planner_mark(&self, name: &str, value: i64) -> Result<(), ArchiveError> {
+        sqlx::query(
+            "INSERT INTO planner_state (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        )
+        .bind(name)
+        .bind(value)
+        .execute(&self.pool)
+        .await
+        .map_err(sql("storing planner state"))?;
+        Ok(())
+    }
+}
+
+const RUN_COLUMNS: &str = "id, task, test, test_name, client, server, spec, exclusive, reverse, priority, claims, \
+                           planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason";
+
+/// The results INSERT for a given pattern of present metrics (see `ingest_batch`).
+fn results_insert(metrics: &[Option<f64>; 8]) -> String {
+    let mut next = 10;
+    let values: Vec<String> = metrics
+        .iter()
+        .map(|metric| match metric {
+            Some(_) => {
+                next += 1;
+                format!("${next}")
+            }
+            None => "NULL".to_string(),
+        })
+        .collect();
+    format!(
+        "INSERT INTO results (run_id, test, client, server, start_us, end_us, received_us, outcome, error, raw, \
+         {}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {}) ON CONFLICT (run_id) DO NOTHING",
+        METRICS.join(", "),
+        values.join(", ")
+    )
+}
+
+fn to_json_text(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("plain data serialises")
+}
+
+fn parse_json(what: &'static str, text: &str) -> Result<serde_json::Value, ArchiveError> {
+    serde_json::Value::from_str(text).map_err(|source| ArchiveError::Json { what, source })
+}
+
+fn run_from_row(row: &AnyRow) -> Result<RunRecord, ArchiveError> {
+    Ok(RunRecord {
+        id: row.get("id"),
+        task: row.get("task"),
+        test: row.get("test"),
+        test_name: row.get("test_name"),
+        client: row.get("client"),
+        server: row.get("server"),
+        spec: parse_json("run spec", &row.get::<String, _>("spec"))?,
+        exclusive: row.get::<i64, _>("exclusive") != 0,
+        reverse: row.get::<i64, _>("reverse") != 0,
+        priority: row.get("priority"),
+        claims: serde_json::from_str(&row.get::<String, _>("claims")).map_err(|source| {
+            ArchiveError::Json {
+                what: "run claims",
+                source,
+            }
+        })?,
+        planned_start_us: row.get("planned_start_us"),
+        planned_end_us: row.get("planned_end_us"),
+        actual_start_us: row.get("actual_start_us"),
+        actual_end_us: row.get("actual_end_us"),
+        state: RunState::parse(&row.get::<String, _>("state")),
+        reason: row.get("reason"),
+    })
+}
+
+fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, ArchiveError> {
+    fn decode<T: serde::de::DeserializeOwned>(
+        row: &AnyRow,
+        what: &'static str,
+        column: &str,
+    ) -> Result<T, ArchiveError> {
+        serde_json::from_str(&row.get::<String, _>(column))
+            .map_err(|source| ArchiveError::Json { what, source })
+    }
+    Ok(AgentRecord {
+        registration: AgentRegistration {
+            name: row.get("name"),
+            addresses: decode(row, "agent addresses", "addresses")?,
+            endpoint_port: u16::try_from(row.get::<i64, _>("endpoint_port")).unwrap_or(0),
+            tags: decode(row, "agent tags", "tags")?,
+            capabilities: decode(row, "agent capabilities", "capabilities")?,
+            accepts_inbound: row.get::<i64, _>("accepts_inbound") != 0,
+        },
+        registered_at: from_us(row.get("registered_us")),
+        last_seen_at: from_us(row.get("last_seen_us")),
+    })
+}
+
+fn result_from_row(row: &AnyRow, with_raw: bool) -> Result<StoredResult, ArchiveError> {
+    let metrics = METRICS
+        .iter()
+        .filter_map(|name| {
+            row.try_get::<Option<f64>, _>(*name)
+                .ok()
+                .flatten()
+                .map(|value| (name.to_string(), value))
+        })
+        .collect();
+    Ok(StoredResult {
+        run_id: row.get("run_id"),
+        test: row.get("test"),
+        client: row.get("client"),
+        server: row.get("server"),
+        start_time: from_us(row.get("start_us")),
+        end_time: from_us(row.get("end_us")),
+        outcome: row.get("outcome"),
+        error: row.get("error"),
+        metrics,
+        result: if with_raw {
+            Some(parse_json("result", &row.get::<String, _>("raw"))?)
+        } else {
+            None
+        },
+    })
+}
+
+/// A value bound into a dynamically built WHERE clause.
+enum Bind {
+    Text(String),
+    Int(i64),
+}
+
+impl Bind {
+    fn apply<'q>(
+        self,
+        query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+        match self {
+            Bind::Text(text) => query.bind(text),
+            Bind::Int(value) => query.bind(value),
+        }
+    }
+}
+
+fn result_where(filter: &ResultFilter) -> (String, Vec<Bind>) {
+    let mut conditions = Vec::new();
+    let mut binds = Vec::new();
+    let mut push = |condition: &str, bind: Bind| {
+        binds.push(bind);
+        conditions.push(format!("{condition} ${}", binds.len()));
+    };
+    if let Some(client) = &filter.client {
+        push("client =", Bind::Text(client.clone()));
+    }
+    if let Some(server) = &filter.server {
+        push("server =", Bind::Text(server.clone()));
+    }
+    if let Some(test) = &filter.test {
+        push("test =", Bind::Text(test.clone()));
+    }
+    if let Some(from_us) = filter.from_us {
+        push("start_us >=", Bind::Int(from_us));
+    }
+    if let Some(to_us) = filter.to_us {
+        push("start_us <", Bind::Int(to_us));
+    }
+    if conditions.is_empty() {
+        (String::new(), binds)
+    } else {
+        (format!("WHERE {}", conditions.join(" AND ")), binds)
+    }
+}

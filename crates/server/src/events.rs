@@ -1,0 +1,190 @@
+//! Live events for subscribers (Server-Sent Events) and their filters.
+//!
+//! Events are fanned out within one server process; with several replicas a
+//! subscriber sees what the replica it is connected to ingests.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use vantage_model::control::AppMetric;
+
+use crate::archive::StoredResult;
+
+/// One live event; `kind` tells which.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// A result was stored (the raw document is left out; query it by `run_id`).
+    Result {
+        #[serde(flatten)]
+        result: StoredResult,
+        /// Tags of the client and server agents, merged (server's win on conflict).
+        agent_tags: BTreeMap<String, String>,
+    },
+    AppMetric {
+        #[serde(flatten)]
+        metric: AppMetric,
+        publisher: String,
+    },
+    Alert(Alert),
+}
+
+/// An alert: raised by the control plane (missed runs, non-starts) or published by apps
+/// and the analysis layer.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Alert {
+    /// `info`, `warning` or `critical`.
+    pub severity: String,
+    pub message: String,
+    #[serde(default)]
+    pub agents: Vec<String>,
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    #[serde(default = "Utc::now")]
+    pub time: DateTime<Utc>,
+}
+
+impl Event {
+    fn kind(&self) -> &'static str {
+        match self {
+            Event::Result { .. } => "result",
+            Event::AppMetric { .. } => "app_metric",
+            Event::Alert(_) => "alert",
+        }
+    }
+
+    /// Agents the event concerns; `None` for app metrics, which concern no agent
+    /// (an agent filter leaves them through, so one stream can carry both).
+    fn agents(&self) -> Option<Vec<&str>> {
+        match self {
+            Event::Result { result, .. } => {
+                Some(vec![result.client.as_str(), result.server.as_str()])
+            }
+            Event::AppMetric { .. } => None,
+            Event::Alert(alert) => Some(alert.agents.iter().map(String::as_str).collect()),
+        }
+    }
+
+    fn tags(&self) -> &BTreeMap<String, String> {
+        match self {
+            Event::Result { agent_tags, .. } => agent_tags,
+            Event::AppMetric { metric, .. } => &metric.tags,
+            Event::Alert(alert) => &alert.tags,
+        }
+    }
+}
+
+/// What a subscriber wants; empty sets mean "any".
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Subscription {
+    pub kinds: BTreeSet<String>,
+    pub agents: BTreeSet<String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+pub const EVENT_KINDS: &[&str] = &["result", "app_metric", "alert"];
+
+impl Subscription {
+    /// Parses `kinds=result,alert`, `agents=a,b`, `tags=site:x,session:42`.
+    pub fn parse(
+        kinds: Option<&str>,
+        agents: Option<&str>,
+        tags: Option<&str>,
+    ) -> Result<Subscription, String> {
+        let list = |text: Option<&str>| -> BTreeSet<String> {
+            text.unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        let kinds = list(kinds);
+        if let Some(bad) = kinds
+            .iter()
+            .find(|kind| !EVENT_KINDS.contains(&kind.as_str()))
+        {
+            return Err(format!(
+                "query parameter 'kinds': unknown kind '{bad}' (expected {})",
+                EVENT_KINDS.join(", ")
+            ));
+        }
+        let mut tag_filter = BTreeMap::new();
+        for pair in list(tags) {
+            let Some((key, value)) = pair.split_once(':') else {
+                return Err(format!("query parameter 'tags': '{pair}' is not key:value"));
+            };
+            tag_filter.insert(key.to_string(), value.to_string());
+        }
+        Ok(Subscription {
+            kinds,
+            agents: list(agents),
+            tags: tag_filter,
+        })
+    }
+
+    pub fn matches(&self, event: &Event) -> bool {
+        let kind_ok = self.kinds.is_empty() || self.kinds.contains(event.kind());
+        let agents_ok = self.agents.is_empty()
+            || event
+                .agents()
+                .is_none_or(|agents| agents.iter().any(|agent| self.agents.contains(*agent)));
+        let tags = event.tags();
+        let tags_ok = self
+            .tags
+            .iter()
+            .all(|(key, value)| tags.get(key) == Some(value));
+        kind_ok && agents_ok && tags_ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alert(agents: &[&str], tags: &[(&str, &str)]) -> Event {
+        Event::Alert(Alert {
+            severity: "warning".into(),
+            message: "m".into(),
+            agents: agents.iter().map(|a| a.to_string()).collect(),
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            time: Utc::now(),
+        })
+    }
+
+    #[test]
+    fn filters_by_kind_agent_and_tag() {
+        let sub = Subscription::parse(Some("alert"), Some("a,b"), Some("site:x")).unwrap();
+        assert!(sub.matches(&alert(&["b"], &[("site", "x")])));
+        assert!(!sub.matches(&alert(&["c"], &[("site", "x")])));
+        assert!(!sub.matches(&alert(&["a"], &[("site", "y")])));
+        let metric = Event::AppMetric {
+            metric: AppMetric {
+                name: "mos".into(),
+                value: 4.0,
+                unit: "mos".into(),
+                timestamp: Utc::now(),
+                tags: BTreeMap::new(),
+            },
+            publisher: "app".into(),
+        };
+        // The tag filter applies to app metrics, the agent filter does not.
+        assert!(!sub.matches(&metric));
+        assert!(Subscription::parse(None, Some("a"), None)
+            .unwrap()
+            .matches(&metric));
+        assert!(Subscription::default().matches(&metric));
+    }
+
+    #[test]
+    fn rejects_unknown_kind_and_bad_tag() {
+        let err = Subscription::parse(Some("results"), None, None).unwrap_err();
+        assert!(err.contains("kinds") && err.contains("results"), "{err}");
+        let err = Subscription::parse(None, None, Some("site")).unwrap_err();
+        assert!(err.contains("tags") && err.contains("key:value"), "{err}");
+    }
+}

@@ -1,0 +1,483 @@
+//! The scheduler loop: every tick the leader replica plans the next window with
+//! `vantage-scheduler` from the applied configuration and the registered agents,
+//! stores the runs and the non-starts (with reasons), records overdue runs as missed,
+//! and applies retention.
+//!
+//! Leadership: replicas sharing one database hold a lease row (`leases`) renewed
+//! every tick; only the holder plans. Run ids are derived from the task, the pair
+//! and the nominal time, and inserted with ON CONFLICT DO NOTHING, so even two
+//! planners racing (a lease taken over mid-tick) cannot duplicate a run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sha2::Digest;
+use tokio::sync::watch;
+use vantage_model::config::{
+    validate, MeasurementConfig, TestConfig, TestDef, TestType, ValidatedConfig,
+};
+use vantage_model::control::RunRequest;
+use vantage_scheduler::{
+    place_request, plan, AgentInfo, ClaimMode, NonStart, OnDemandRequest, PlanWindow, PlannedRun,
+    RequestOutcome,
+};
+
+use crate::api::ServerState;
+use crate::archive::{from_us, now_us, to_us, ArchiveError, RunRecord, RunState};
+use crate::events::{Alert, Event};
+
+#[derive(Debug, Clone)]
+pub struct PlannerOptions {
+    /// Pause between ticks.
+    pub tick: Duration,
+    /// How far ahead runs are planned.
+    pub horizon: Duration,
+    /// A run still without result this long after its planned end is recorded as missed.
+    pub miss_grace: Duration,
+    /// Delete results and app metrics older than this, when set.
+    pub retention: Option<Duration>,
+    /// Identity of this replica in the leader lease.
+    pub instance: String,
+}
+
+impl Default for PlannerOptions {
+    fn default() -> Self {
+        PlannerOptions {
+            tick: Duration::from_secs(2),
+            horizon: Duration::from_secs(120),
+            miss_grace: Duration::from_secs(30),
+            retention: None,
+            instance: format!(
+                "server-{}-{}",
+                std::process::id(),
+                crate::new_token().get(..8).unwrap_or_default()
+            ),
+        }
+    }
+}
+
+const LEASE: &str = "scheduler";
+
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Validates a configuration document (JSON form of `MeasurementConfig`); every
+/// problem comes back as `path: message`.
+pub fn validate_config(document: &serde_json::Value) -> Result<(), Vec<String>> {
+    let config: MeasurementConfig = serde_path_to_error::deserialize(document)
+        .map_err(|error| vec![format!("{}: {}", error.path(), error.inner())])?;
+    validate(&config)
+        .map(drop)
+        .map_err(|errors| errors.iter().map(ToString::to_string).collect())
+}
+
+/// Runs ticks until `stopped` turns true. Errors are logged and retried next tick
+/// (a database outage must not kill the server).
+pub async fn run(
+    state: Arc<ServerState>,
+    options: PlannerOptions,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        if let Err(error) = tick(&state, &options).await {
+            tracing::warn!("scheduler tick failed: {error}");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(options.tick) => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// One planning pass; returns whether this replica was the leader.
+pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool, ArchiveError> {
+    let archive = &state.archive;
+    if !archive
+        .acquire_lease(LEASE, &options.instance, micros(options.tick) * 3)
+        .await?
+    {
+        return Ok(false);
+    }
+    state.refresh_agent_tags().await?;
+    for run in archive
+        .mark_missed(now_us() - micros(options.miss_grace))
+        .await?
+    {
+        state.publish(Event::Alert(Alert {
+            severity: "warning".into(),
+            message: format!(
+                "run {} ({} {} -> {}) missed: {}",
+                run.id,
+                run.test,
+                run.client,
+                run.server,
+                run.reason.unwrap_or_default()
+            ),
+            agents: vec![run.client, run.server],
+            tags: Default::default(),
+            time: chrono::Utc::now(),
+        }));
+    }
+    let config = current_config(state).await?;
+    let agents: Vec<AgentInfo> = archive
+        .agents()
+        .await?
+        .iter()
+        .map(|agent| AgentInfo::from(&agent.registration))
+        .collect();
+    let mut stored = plan_window(state, options, config.as_ref(), &agents).await?;
+    stored += place_requests(state, options, config.as_ref(), &agents).await?;
+    if stored > 0 {
+        state.runs_stored.notify_waiters();
+    }
+    if let Some(retention) = options.retention {
+        let report = archive
+            .apply_retention(now_us() - micros(retention))
+            .await?;
+        if report.results + report.runs + report.app_metrics > 0 {
+            tracing::info!(?report, "retention applied");
+        }
+    }
+    Ok(true)
+}
+
+/// Longest reservation looked back over when collecting runs that may still hold
+/// resources at the start of a window.
+const LOOKBACK_US: i64 = 3_600_000_000;
+
+/// Runs are planned at least this far ahead, so agents fetch them before they are due.
+const LEAD_US: i64 = 2_000_000;
+
+const PLANNED_UNTIL: &str = "planned_until_us";
+const PLAN_BASIS: &str = "plan_basis";
+
+/// Fingerprint of what a plan depends on besides time: the configuration version and
+/// each agent's name, tags and reachability (not its address or port, which runs
+/// resolve when they are handed out).
+fn plan_basis(version: i64, agents: &[AgentInfo]) -> i64 {
+    let mut sorted: Vec<&AgentInfo> = agents.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let text = serde_json::to_string(&(version, sorted)).expect("agent info serialises");
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    i64::from_le_bytes(
+        digest[..8]
+            .try_into()
+            .expect("a SHA-256 digest has 8 bytes"),
+    )
+}
+
+/// The applied configuration, validated (it was validated when applied; a document
+/// that no longer validates after an upgrade is reported and ignored).
+pub(crate) async fn current_config(
+    state: &ServerState,
+) -> Result<Option<(i64, ValidatedConfig)>, ArchiveError> {
+    let Some((version, document)) = state.archive.current_config().await? else {
+        return Ok(None);
+    };
+    let parsed: Result<MeasurementConfig, String> =
+        serde_json::from_value(document).map_err(|error| error.to_string());
+    match parsed.and_then(|config| validate(&config).map_err(|errors| format!("{errors:?}"))) {
+        Ok(validated) => Ok(Some((version, validated))),
+        Err(error) => {
+            tracing::error!(
+                version,
+                "stored configuration is invalid, not planning: {error}"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Runs already stored that may hold resources in `[from_us, to_us)`, as the scheduler
+/// sees them. Runs already handed to agents cannot be moved or cancelled, so they are
+/// given the highest priority (on-demand requests never preempt them).
+async fn existing_runs(
+    state: &ServerState,
+    window_start_us: i64,
+    window_end_us: i64,
+) -> Result<Vec<PlannedRun>, ArchiveError> {
+    Ok(state
+        .archive
+        .runs_overlapping(window_start_us - LOOKBACK_US, window_end_us)
+        .await?
+        .into_iter()
+        .filter_map(|run| {
+            let test_type: TestType =
+                serde_json::from_value(serde_json::Value::String(run.test.clone())).ok()?;
+            Some(PlannedRun {
+                run_id: run.id,
+                task: run.task,
+                test: run.test_name,
+                test_type,
+                client: run.client,
+                server: run.server,
+                reverse: run.reverse,
+                start: from_us(run.planned_start_us),
+                end: from_us(run.planned_end_us),
+                priority: if run.state == RunState::Scheduled {
+                    i32::try_from(run.priority).unwrap_or(i32::MAX)
+                } else {
+                    i32::MAX
+                },
+                claims: run.claims,
+                spec: run.spec,
+                campaign_round: None,
+            })
+        })
+        .collect())
+}
+
+fn planned_record(run: PlannedRun) -> RunRecord {
+    RunRecord {
+        exclusive: run
+            .claims
+            .iter()
+            .any(|claim| claim.mode == ClaimMode::Exclusive),
+        id: run.run_id,
+        task: run.task,
+        test: run.test_type.as_str().to_string(),
+        test_name: run.test,
+        client: run.client,
+        server: run.server,
+        spec: run.spec,
+        reverse: run.reverse,
+        priority: i64::from(run.priority),
+        claims: run.claims,
+        planned_start_us: to_us(run.start),
+        planned_end_us: to_us(run.end),
+        actual_start_us: None,
+        actual_end_us: None,
+        state: RunState::Scheduled,
+        reason: None,
+    }
+}
+
+fn non_start_record(non_start: NonStart, test_type: &str) -> RunRecord {
+    let nominal_us = to_us(non_start.nominal_start);
+    RunRecord {
+        id: non_start.run_id,
+        task: non_start.task,
+        test: test_type.to_string(),
+        test_name: non_start.test,
+        client: non_start.from,
+        server: non_start.to,
+        spec: serde_json::Value::Null,
+        exclusive: false,
+        reverse: false,
+        priority: 0,
+        claims: Vec::new(),
+        planned_start_us: nominal_us,
+        planned_end_us: nominal_us,
+        actual_start_us: None,
+        actual_end_us: None,
+        state: RunState::NonStart,
+        reason: Some(non_start.reason),
+    }
+}
+
+fn non_start_alert(state: &ServerState, record: &RunRecord) {
+    state.publish(Event::Alert(Alert {
+        severity: "warning".into(),
+        message: format!(
+            "run {} ({} {} -> {}) will not start: {}",
+            record.id,
+            record.test_name,
+            record.client,
+            record.server,
+            record.reason.as_deref().unwrap_or_default()
+        ),
+        agents: vec![record.client.clone(), record.server.clone()],
+        tags: Default::default(),
+        time: Utc::now(),
+    }));
+}
+
+/// Plans the configured tasks from where the last pass stopped up to `now + horizon`.
+async fn plan_window(
+    state: &ServerState,
+    options: &PlannerOptions,
+    config: Option<&(i64, ValidatedConfig)>,
+    agents: &[AgentInfo],
+) -> Result<u64, ArchiveError> {
+    let Some((version, config)) = config else {
+        return Ok(0);
+    };
+    let archive = &state.archive;
+    let now = now_us();
+    // Occurrences that fell due while no server was planning are not planned late.
+    let mut start_us = archive
+        .planner_mark(PLANNED_UNTIL)
+        .await?
+        .unwrap_or(0)
+        .max(now + LEAD_US);
+    // A new configuration or a changed agent set makes the forecast stale: replan
+    // from now on (runs already handed to agents are kept and respected).
+    let basis = plan_basis(*version, agents);
+    if archive.planner_mark(PLAN_BASIS).await? != Some(basis) {
+        start_us = now + LEAD_US;
+        let discarded = archive.discard_forecast(start_us).await?;
+        archive.set_planner_mark(PLAN_BASIS, basis).await?;
+        tracing::info!(version, agents = agents.len(), discarded, "replanning");
+    }
+    let end_us = now + micros(options.horizon);
+    if start_us >= end_us {
+        return Ok(0);
+    }
+    let existing = existing_runs(state, start_us, end_us).await?;
+    let window = PlanWindow {
+        start: from_us(start_us),
+        end: from_us(end_us),
+    };
+    let planned = plan(config, agents, window, &existing, *version as u64);
+    let type_of = |test_name: &str| {
+        config
+            .test(test_name)
+            .map_or("unknown", |test| test.test_type.as_str())
+    };
+    let non_starts: Vec<RunRecord> = planned
+        .non_starts
+        .into_iter()
+        .map(|non_start| {
+            let test_type = type_of(&non_start.test);
+            non_start_record(non_start, test_type)
+        })
+        .collect();
+    let mut records: Vec<RunRecord> = planned.runs.into_iter().map(planned_record).collect();
+    records.extend(non_starts.iter().cloned());
+    let stored = archive.insert_runs(&records).await?;
+    archive.set_planner_mark(PLANNED_UNTIL, end_us).await?;
+    for record in &non_starts {
+        non_start_alert(state, record);
+    }
+    Ok(stored)
+}
+
+/// The test definition an on-demand request names: a test of the applied
+/// configuration, or else a test type (`latency`, `throughput`, `capacity`) whose
+/// parameters are the request's `spec`, validated like a configured test.
+pub fn request_test(
+    request: &RunRequest,
+    config: Option<&ValidatedConfig>,
+) -> Result<TestDef, String> {
+    if let Some(test) = config.and_then(|config| config.test(&request.test)) {
+        return Ok(test.clone());
+    }
+    let spec = match &request.spec {
+        serde_json::Value::Object(map) => map.clone(),
+        serde_json::Value::Null => Default::default(),
+        _ => return Err("field 'spec': expected an object".to_string()),
+    };
+    let single = MeasurementConfig {
+        tests: vec![TestConfig {
+            name: request.test.clone(),
+            test_type: request.test.clone(),
+            spec,
+            scheduling: None,
+        }],
+        ..MeasurementConfig::default()
+    };
+    let validated = validate(&single).map_err(|errors| {
+        errors
+            .iter()
+            .map(|error| {
+                let path = error
+                    .path
+                    .strip_prefix("tests[0].")
+                    .unwrap_or(&error.path)
+                    .replace("type", "test");
+                format!("field '{path}': {}", error.message)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    validated.tests.into_iter().next().ok_or_else(|| {
+        format!(
+            "field 'test': '{}' is neither a configured test nor a test type",
+            request.test
+        )
+    })
+}
+
+/// Places pending on-demand requests (each once: placed, or a non-start with reason).
+async fn place_requests(
+    state: &ServerState,
+    options: &PlannerOptions,
+    config: Option<&(i64, ValidatedConfig)>,
+    agents: &[AgentInfo],
+) -> Result<u64, ArchiveError> {
+    let archive = &state.archive;
+    let config = config.map(|(_, config)| config);
+    let segments = config
+        .map(|config| config.segments.as_slice())
+        .unwrap_or_default();
+    let mut stored = 0;
+    for (id, document) in archive.pending_requests().await? {
+        let request: RunRequest = match serde_json::from_value(document) {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::error!(request = %id, "stored request unreadable: {error}");
+                archive.close_request(&id).await?;
+                continue;
+            }
+        };
+        let now = Utc::now();
+        let not_before = request
+            .not_before
+            .unwrap_or(now)
+            .max(now + chrono::Duration::microseconds(LEAD_US));
+        let not_after: DateTime<Utc> = request
+            .not_after
+            .unwrap_or(now + chrono::Duration::microseconds(micros(options.horizon)));
+        let record = match request_test(&request, config) {
+            Ok(test) => {
+                let test_type = test.test_type.as_str();
+                let on_demand = OnDemandRequest {
+                    run_id: id.clone(),
+                    test,
+                    from: request.client.clone(),
+                    to: request.server.clone(),
+                    not_before,
+                    not_after,
+                    priority: request.priority,
+                };
+                let existing =
+                    existing_runs(state, to_us(not_before), to_us(not_after) + LOOKBACK_US).await?;
+                match place_request(now, &on_demand, agents, segments, &existing) {
+                    RequestOutcome::Placed(placement) => {
+                        for displaced in placement.preempted {
+                            if archive
+                                .cancel_run(&displaced.run_id, &displaced.reason)
+                                .await?
+                            {
+                                let cancelled = non_start_record(displaced, "unknown");
+                                non_start_alert(state, &cancelled);
+                            }
+                        }
+                        planned_record(placement.run)
+                    }
+                    RequestOutcome::NonStart(non_start) => non_start_record(non_start, test_type),
+                }
+            }
+            Err(reason) => non_start_record(
+                NonStart {
+                    run_id: id.clone(),
+                    task: vantage_scheduler::ON_DEMAND_TASK.to_string(),
+                    test: request.test.clone(),
+                    from: request.client.clone(),
+                    to: request.server.clone(),
+                    nominal_start: not_before,
+                    reason,
+                },
+                "unknown",
+            ),
+        };
+        if record.state == RunState::NonStart {
+            non_start_alert(state, &record);
+        }
+        stored += archive.insert_runs(std::slice::from_ref(&record)).await?;
+        archive.close_request(&id).await?;
+    }
+    Ok(stored)
+}

@@ -1,0 +1,116 @@
+//! Starting and stopping a server: archive, bootstrap token, HTTP listener, scheduler loop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use vantage_model::control::Role;
+
+use crate::api::{router, ServerState};
+use crate::archive::Archive;
+use crate::planner::{self, PlannerOptions};
+
+/// How to run a server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// `sqlite://PATH` or `postgres://…`.
+    pub database_url: String,
+    pub listen: SocketAddr,
+    /// Admin token to install (kept across restarts); a fresh one is generated when absent.
+    pub admin_token: Option<String>,
+    pub planner: PlannerOptions,
+}
+
+/// A running server; dropping it does not stop it, call [`RunningServer::shutdown`].
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    /// The admin token installed at start (generated or given).
+    pub admin_token: String,
+    pub state: Arc<ServerState>,
+    stop: watch::Sender<bool>,
+    http: JoinHandle<std::io::Result<()>>,
+    planner: JoinHandle<()>,
+}
+
+impl RunningServer {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting requests, lets in-flight ones finish, stops the planner, closes the pool.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        self.state.stopping.send_replace(true);
+        self.http.await??;
+        self.planner.await?;
+        self.state.archive.close().await;
+        Ok(())
+    }
+}
+
+/// Opens the archive, installs the admin token, binds the listener and starts serving.
+pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
+    let archive = Archive::open(&options.database_url).await?;
+    let admin_token = options.admin_token.clone().unwrap_or_else(crate::new_token);
+    archive
+        .add_token(&admin_token, "admin", Role::Admin)
+        .await?;
+    let state = ServerState::new(archive, planner::validate_config).await?;
+    let listener = TcpListener::bind(options.listen)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", options.listen))?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = watch::channel(false);
+    let mut http_stop = stopped.clone();
+    let app = router(state.clone());
+    let http = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = http_stop.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+    let planner = tokio::spawn(planner::run(
+        state.clone(),
+        options.planner.clone(),
+        stopped,
+    ));
+    tracing::info!(%addr, database = %redact(&options.database_url), "server listening");
+    Ok(RunningServer {
+        addr,
+        admin_token,
+        state,
+        stop,
+        http,
+        planner,
+    })
+}
+
+/// Hides a password in a database URL before logging it.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(
+            super::redact("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(super::redact("sqlite://x.db"), "sqlite://x.db");
+    }
+}

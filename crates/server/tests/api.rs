@@ -1,0 +1,538 @@
+//! The REST API end to end over HTTP, against SQLite and PostgreSQL alike.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{Api, Kind, TestDb};
+use serde_json::json;
+use vantage_scheduler::{agent_resource, Claim, ClaimMode};
+use vantage_server::archive::{now_us, RunRecord, RunState};
+use vantage_server::planner::PlannerOptions;
+
+fn run_record(id: &str, client: &str, server: &str, start_us: i64) -> RunRecord {
+    RunRecord {
+        id: id.into(),
+        task: "t".into(),
+        test: "latency".into(),
+        test_name: "lat".into(),
+        client: client.into(),
+        server: server.into(),
+        spec: json!({"count": 3}),
+        exclusive: false,
+        reverse: false,
+        priority: 0,
+        claims: vec![
+            Claim {
+                resource: agent_resource(client),
+                mode: ClaimMode::Shared,
+            },
+            Claim {
+                resource: agent_resource(server),
+                mode: ClaimMode::Shared,
+            },
+        ],
+        planned_start_us: start_us,
+        planned_end_us: start_us + 2_000_000,
+        actual_start_us: None,
+        actual_end_us: None,
+        state: RunState::Scheduled,
+        reason: None,
+    }
+}
+
+fn latency_result(median_us: f64, loss_ratio: f64) -> serde_json::Value {
+    json!({
+        "test": "latency",
+        "summary": {
+            "sent": 10, "received": 10, "loss_ratio": loss_ratio,
+            "rtt_us": {"min": median_us - 5.0, "median": median_us, "mean": median_us, "p95": median_us + 10.0,
+                       "p99": median_us + 12.0, "max": median_us + 20.0, "stddev": 3.0},
+            "jitter_us": {"rfc3550": 2.0, "mean_abs_delta": 2.5, "median_abs_delta": 2.0}
+        }
+    })
+}
+
+fn upload(run_id: &str, agent: &str, median_us: f64) -> serde_json::Value {
+    json!({
+        "run_id": run_id, "agent": agent, "outcome": "completed",
+        "actual_start": Utc::now(), "actual_end": Utc::now(),
+        "result": latency_result(median_us, 0.0)
+    })
+}
+
+async fn api_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "api").await;
+    let server = common::start(&db, PlannerOptions::default()).await;
+    let admin = Api::new(&server.url(), &server.admin_token);
+
+    // Authentication and roles.
+    let anonymous = Api::new(&server.url(), "nope");
+    let (status, body) = anonymous.get("/api/v1/agents").await;
+    assert_eq!(
+        (status, body["error"].as_str().unwrap()),
+        (401, "unknown bearer token")
+    );
+    let agent = Api::new(&server.url(), &admin.token("fleet", "agent").await);
+    let publisher = Api::new(&server.url(), &admin.token("app", "publisher").await);
+    let reader = Api::new(&server.url(), &admin.token("grafana", "reader").await);
+    let (status, body) = reader
+        .post("/api/v1/app-metrics", json!({"metrics": []}))
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("role 'reader'"),
+        "{body}"
+    );
+    let (status, body) = admin
+        .post("/api/v1/tokens", json!({"name": "x", "role": "root"}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("'root'"), "{body}");
+
+    // Registration with a bad body names the field.
+    let (status, body) = agent.post("/api/v1/agents", json!({"name": "a", "addresses": ["127.0.0.1"], "endpoint_port": "x", "accepts_inbound": true})).await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("endpoint_port"),
+        "{body}"
+    );
+    for (name, site) in [("a", "north"), ("b", "south")] {
+        let (status, body) = agent
+            .post("/api/v1/agents", json!({"name": name, "addresses": ["127.0.0.1"], "endpoint_port": 9, "tags": {"site": site}, "accepts_inbound": true}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (_, agents) = reader.get("/api/v1/agents").await;
+    assert_eq!(agents["agents"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        agent.post("/api/v1/agents/a/heartbeat", json!({})).await.0,
+        200
+    );
+    assert_eq!(
+        agent.post("/api/v1/agents/zz/heartbeat", json!({})).await.0,
+        404
+    );
+
+    // A bad configuration is refused with the path of the bad field.
+    let bad = json!({"tests": [{"name": "lat", "type": "latency", "spec": {"count": 0}}]});
+    let (status, body) = admin.call("PUT", "/api/v1/config", Some(bad)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("tests[0].spec.count"),
+        "{body}"
+    );
+
+    // Runs are handed to their client; results are stored exactly once.
+    let start = now_us() + 1_000_000;
+    server
+        .state
+        .archive
+        .insert_runs(&[
+            run_record("r1", "a", "b", start),
+            run_record("r2", "b", "a", start),
+        ])
+        .await
+        .unwrap();
+    let (status, runs) = agent
+        .get("/api/v1/agents/a/runs?wait_s=0&horizon_s=60")
+        .await;
+    assert_eq!(status, 200, "{runs}");
+    let runs = runs["runs"].as_array().unwrap().clone();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        (runs[0]["run_id"].as_str(), runs[0]["server_port"].as_u64()),
+        (Some("r1"), Some(9))
+    );
+
+    let mut subscription = reader
+        .http
+        .get(format!(
+            "{}/api/v1/subscribe?kinds=result,app_metric&agents=a",
+            server.url()
+        ))
+        .bearer_auth(&reader.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(subscription.status(), 200);
+
+    let (status, ack) = agent
+        .post("/api/v1/results", upload("r1", "a", 150.0))
+        .await;
+    assert_eq!(
+        (status, ack["duplicate"].as_bool()),
+        (200, Some(false)),
+        "{ack}"
+    );
+    let (status, ack) = agent
+        .post("/api/v1/results", upload("r1", "a", 999.0))
+        .await;
+    assert_eq!(
+        (status, ack["duplicate"].as_bool()),
+        (200, Some(true)),
+        "{ack}"
+    );
+    let (status, body) = agent
+        .post("/api/v1/results", upload("r2", "a", 150.0))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let (status, body) = agent
+        .post("/api/v1/results", upload("nope", "a", 150.0))
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = agent
+        .post(
+            "/api/v1/results/batch",
+            json!([
+                upload("r2", "b", 170.0),
+                upload("r2", "b", 170.0),
+                upload("nope", "b", 1.0)
+            ]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let acks = body["results"].as_array().unwrap();
+    assert_eq!(acks[0]["duplicate"], false);
+    assert_eq!(acks[1]["duplicate"], true);
+    assert!(acks[2]["error"]
+        .as_str()
+        .unwrap()
+        .contains("does not exist"));
+
+    let (_, results) = reader
+        .get("/api/v1/results?client=a&server=b&test=latency&raw=true")
+        .await;
+    let results = results["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "stored once");
+    assert_eq!(results[0]["metrics"]["rtt_median_us"], 150.0);
+    assert_eq!(results[0]["result"]["summary"]["rtt_us"]["median"], 150.0);
+    let (_, runs) = reader.get("/api/v1/runs").await;
+    assert!(
+        runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|run| run["state"] == "completed"),
+        "{runs}"
+    );
+
+    // App metrics with tags, and the live stream.
+    let metric = json!({"metrics": [
+        {"name": "stream_rate", "value": 8.5e7, "unit": "bps", "timestamp": Utc::now(), "tags": {"session": "s1", "stream": "depth"}},
+        {"name": "stream_rate", "value": 1.0e6, "unit": "bps", "timestamp": Utc::now(), "tags": {"session": "s2"}}
+    ]});
+    assert_eq!(publisher.post("/api/v1/app-metrics", metric).await.0, 200);
+    let (status, body) = publisher
+        .post(
+            "/api/v1/app-metrics",
+            json!({"metrics": [{"name": "x", "value": 1}]}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("metrics[0]"),
+        "{body}"
+    );
+    let (_, stored) = reader
+        .get("/api/v1/app-metrics?name=stream_rate&tag.session=s1")
+        .await;
+    let stored = stored["metrics"].as_array().unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        (stored[0]["value"].as_f64(), stored[0]["publisher"].as_str()),
+        (Some(8.5e7), Some("app"))
+    );
+
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(seen.contains("event: result") && seen.contains("event: app_metric")) {
+        let chunk = tokio::time::timeout_at(deadline, subscription.chunk())
+            .await
+            .expect("events arrive in time");
+        seen.push_str(&String::from_utf8_lossy(
+            &chunk.unwrap().expect("stream open"),
+        ));
+    }
+    assert!(seen.contains("\"rtt_median_us\":150.0"), "{seen}");
+    assert!(
+        seen.contains("\"site\":\"north\""),
+        "result events carry agent tags: {seen}"
+    );
+
+    // Series, OpenMetrics, retention.
+    let (status, series) = reader
+        .get("/api/v1/series?client=a&server=b&test=latency&metric=rtt_median_us&buckets=10")
+        .await;
+    assert_eq!(status, 200, "{series}");
+    let buckets = series["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 1);
+    assert_eq!(
+        (buckets[0]["count"].as_i64(), buckets[0]["avg"].as_f64()),
+        (Some(1), Some(150.0))
+    );
+    let (status, body) = reader.get("/api/v1/series?metric=rtt_avg").await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("rtt_avg"),
+        "{body}"
+    );
+    let metrics = reader
+        .http
+        .get(format!("{}/metrics", server.url()))
+        .bearer_auth(&reader.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "vantage_rtt_median_seconds{client=\"a\",server=\"b\",test=\"latency\"} 0.00015"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.ends_with("# EOF\n"));
+    let (status, body) = admin.post("/api/v1/retention", json!({"keep": "1h"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["deleted"]["results"], 0);
+    let (status, body) = admin
+        .post("/api/v1/retention", json!({"keep": "1 week"}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"].as_str().unwrap().starts_with("field 'keep'"),
+        "{body}"
+    );
+
+    // Unknown routes and methods answer JSON errors.
+    let (status, body) = reader.get("/api/v1/nothing").await;
+    assert_eq!(status, 404);
+    assert!(body["error"].as_str().unwrap().contains("/api/v1/nothing"));
+
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn api_on_sqlite() {
+    api_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn api_on_postgres() {
+    api_scenario(Kind::Postgres).await;
+}
+
+/// Every documented route is served (answers something other than 404/405).
+#[tokio::test]
+async fn every_documented_route_is_served() {
+    let db = TestDb::new(Kind::Sqlite, "routes").await;
+    let server = common::start(&db, PlannerOptions::default()).await;
+    let admin = Api::new(&server.url(), &server.admin_token);
+    for (method, path) in vantage_server::api::ROUTES {
+        if *path == "/api/v1/subscribe" {
+            continue; // a stream: covered by api_scenario
+        }
+        let path = path.replace("{name}", "nobody");
+        let (status, body) = admin
+            .call(&method.to_uppercase(), &path, Some(json!({})))
+            .await;
+        assert!(
+            status != 405 && !(status == 404 && body.to_string().contains("no route")),
+            "{method} {path}: {status} {body}"
+        );
+    }
+    server.shutdown().await.unwrap();
+}
+
+async fn lease_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "lease").await;
+    let archive = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    assert!(archive
+        .acquire_lease("scheduler", "one", 60_000_000)
+        .await
+        .unwrap());
+    assert!(!archive
+        .acquire_lease("scheduler", "two", 60_000_000)
+        .await
+        .unwrap());
+    assert!(archive
+        .acquire_lease("scheduler", "one", 60_000_000)
+        .await
+        .unwrap());
+    // An expired lease is taken over.
+    assert!(archive.acquire_lease("other", "one", -1).await.unwrap());
+    assert!(archive
+        .acquire_lease("other", "two", 60_000_000)
+        .await
+        .unwrap());
+    archive.close().await;
+}
+
+#[tokio::test]
+async fn single_scheduler_leader_on_sqlite() {
+    lease_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn single_scheduler_leader_on_postgres() {
+    lease_scenario(Kind::Postgres).await;
+}
+
+#[tokio::test]
+async fn sqlite_archive_uses_wal() {
+    let db = TestDb::new(Kind::Sqlite, "wal").await;
+    let archive = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    let row: (String,) = sqlx::query_as("PRAGMA journal_mode")
+        .fetch_one(archive.pool())
+        .await
+        .unwrap();
+    assert_eq!(row.0, "wal");
+    archive.close().await;
+}
+
+async fn missed_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "missed").await;
+    let server = common::start(&db, PlannerOptions::default()).await;
+    let mut alerts = server.state.events.subscribe();
+    let long_ago = now_us() - 120_000_000;
+    let mut fetched = run_record("fetched", "a", "b", long_ago);
+    fetched.state = RunState::Dispatched;
+    server
+        .state
+        .archive
+        .insert_runs(&[
+            run_record("never-fetched", "a", "b", long_ago),
+            fetched,
+            run_record("future", "a", "b", now_us() + 60_000_000),
+        ])
+        .await
+        .unwrap();
+    // The server's scheduler loop (2 s ticks, 30 s grace) records them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let runs = server
+            .state
+            .archive
+            .runs_between(0, i64::MAX)
+            .await
+            .unwrap();
+        let missed = runs
+            .iter()
+            .filter(|run| run.state == RunState::Missed)
+            .count();
+        if missed == 2 || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let runs = server
+        .state
+        .archive
+        .runs_between(0, i64::MAX)
+        .await
+        .unwrap();
+    let state_of = |id: &str| runs.iter().find(|run| run.id == id).unwrap().clone();
+    let never = state_of("never-fetched");
+    assert_eq!(never.state, RunState::Missed);
+    assert!(never.reason.unwrap().contains("never fetched"));
+    let fetched = state_of("fetched");
+    assert_eq!(fetched.state, RunState::Missed);
+    assert!(fetched.reason.unwrap().contains("reported no result"));
+    assert_eq!(state_of("future").state, RunState::Scheduled);
+    let alert = tokio::time::timeout(Duration::from_secs(10), alerts.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(serde_json::to_string(&alert).unwrap().contains("missed"));
+    // A late result still completes a missed run, once.
+    let agent = Api::new(
+        &server.url(),
+        &Api::new(&server.url(), &server.admin_token)
+            .token("late", "agent")
+            .await,
+    );
+    let (status, ack) = agent
+        .post("/api/v1/results", upload("fetched", "a", 200.0))
+        .await;
+    assert_eq!(
+        (status, ack["duplicate"].as_bool()),
+        (200, Some(false)),
+        "{ack}"
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn overdue_runs_are_recorded_missed_on_sqlite() {
+    missed_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn overdue_runs_are_recorded_missed_on_postgres() {
+    missed_scenario(Kind::Postgres).await;
+}
+
+/// Latency results (no throughput metrics) and throughput results (no RTT metrics)
+/// alternate on the same pooled connections without type clashes.
+async fn mixed_metrics_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "mixed").await;
+    let archive = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    let start = now_us();
+    let ids: Vec<String> = (0..12).map(|index| format!("mixed-{index}")).collect();
+    let runs: Vec<RunRecord> = ids
+        .iter()
+        .map(|id| run_record(id, "a", "b", start))
+        .collect();
+    archive.insert_runs(&runs).await.unwrap();
+    for (index, id) in ids.iter().enumerate() {
+        let result = if index % 2 == 0 {
+            latency_result(100.0, 0.0)
+        } else {
+            json!({"test": "throughput", "summary": {"sent_bps": 9.5e8, "received_bps": 9.4e8, "retransmits": 3}})
+        };
+        let upload: vantage_model::control::ResultUpload = serde_json::from_value(json!({
+            "run_id": id, "agent": "a", "outcome": "completed",
+            "actual_start": Utc::now(), "actual_end": Utc::now(), "result": result
+        }))
+        .unwrap();
+        archive.ingest(&upload).await.unwrap();
+    }
+    let stored = archive
+        .results(&vantage_server::archive::ResultFilter {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 12);
+    assert_eq!(
+        stored
+            .iter()
+            .filter(|r| r.metrics.get("received_bps") == Some(&9.4e8))
+            .count(),
+        6
+    );
+    archive.close().await;
+}
+
+#[tokio::test]
+async fn mixed_metrics_on_sqlite() {
+    mixed_metrics_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn mixed_metrics_on_postgres() {
+    mixed_metrics_scenario(Kind::Postgres).await;
+}

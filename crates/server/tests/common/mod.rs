@@ -1,0 +1,155 @@
+//! Test harness: one archive per test on SQLite (temp file) or PostgreSQL (a unique
+//! schema in database `test` at 127.0.0.1:5432, dropped afterwards), and a running server.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::process::Command;
+
+use vantage_server::planner::PlannerOptions;
+use vantage_server::service::{self, RunningServer, ServerOptions};
+
+pub const POSTGRES_BASE: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh, empty database; removed on drop (even when the test fails).
+pub struct TestDb {
+    pub url: String,
+    schema: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub async fn new(kind: Kind, label: &str) -> TestDb {
+        match kind {
+            Kind::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}", dir.path().join("archive.db").display());
+                TestDb {
+                    url,
+                    schema: None,
+                    _dir: Some(dir),
+                }
+            }
+            Kind::Postgres => {
+                let schema = format!(
+                    "vt_{label}_{}_{}",
+                    std::process::id(),
+                    rand::random::<u32>()
+                );
+                let created = Command::new("psql")
+                    .args([
+                        "-h",
+                        "127.0.0.1",
+                        "-U",
+                        "postgres",
+                        "-d",
+                        "test",
+                        "-v",
+                        "ON_ERROR_STOP=1",
+                        "-qc",
+                    ])
+                    .arg(format!("CREATE SCHEMA {schema}"))
+                    .output()
+                    .expect("psql must be installed (scripts/install-deps installs postgresql)");
+                assert!(
+                    created.status.success(),
+                    "PostgreSQL at 127.0.0.1:5432 (db test, trust auth) is required: {}",
+                    String::from_utf8_lossy(&created.stderr)
+                );
+                TestDb {
+                    url: format!("{POSTGRES_BASE}?options=-c%20search_path%3D{schema}"),
+                    schema: Some(schema),
+                    _dir: None,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(schema) = &self.schema {
+            let _ = Command::new("psql")
+                .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc"])
+                .arg(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .output();
+        }
+    }
+}
+
+pub fn options(db: &TestDb, planner: PlannerOptions) -> ServerOptions {
+    ServerOptions {
+        database_url: db.url.clone(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_token: Some("admin-secret".into()),
+        planner,
+    }
+}
+
+pub async fn start(db: &TestDb, planner: PlannerOptions) -> RunningServer {
+    service::start(options(db, planner))
+        .await
+        .expect("server starts")
+}
+
+/// A small JSON client for the API.
+pub struct Api {
+    pub base: String,
+    pub token: String,
+    pub http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(base: &str, token: &str) -> Api {
+        Api {
+            base: base.to_string(),
+            token: token.to_string(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        (status, value)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        self.call("GET", path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.call("POST", path, Some(body)).await
+    }
+
+    /// Creates a token with `role` using this (admin) client.
+    pub async fn token(&self, name: &str, role: &str) -> String {
+        let (status, body) = self
+            .post(
+                "/api/v1/tokens",
+                serde_json::json!({"name": name, "role": role}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["token"].as_str().unwrap().to_string()
+    }
+}

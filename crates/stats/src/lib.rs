@@ -1,0 +1,30 @@
+//! KPI mathematics over measurement samples. Pure functions, no I/O.
+//!
+//! - [`percentile`], [`distribution`], [`spread`]: order statistics and moments.
+//! - [`jitter_rfc3550`], [`mean_abs_delta`], [`median_abs_delta`], [`jitter`], [`ipdv`]:
+//!   delay variation (RFC 3550, seed 004, RFC 3393 / RFC 5481).
+//! - [`SequenceTracker`]: received / lost / duplicate / reordered accounting (RFC 4737).
+//! - [`split_loss`]: forward vs reverse loss of TWAMP-style exchanges from the
+//!   reflector's own sequence numbers.
+//!
+//! Sample values are in whatever unit the caller uses (the result types carry the
+//! unit in their field names, e.g. `rtt_us`). Non-finite samples (NaN, ±inf) are
+//! not measurements: every function here ignores them, documented per function.
+//! Details and sources: `docs/methods.md`.
+
+mod distribution;
+mod jitter;
+mod loss;
+mod sequence;
+
+pub use distribution::{distribution, percentile, spread, Spread};
+pub use jitter::{ipdv, jitter, jitter_rfc3550, mean_abs_delta, median_abs_delta};
+pub use loss::{split_loss, Bracket, LossSplit, ProbeFate};
+pub use sequence::{Arrival, SequenceCounts, SequenceTracker};
+
+/// The finite values of `samples`, sorted ascending.
+fn finite_sorted(samples: &[f64]) -> Vec<f64> {
+    let mut sorted: Vec<f64> = samples.iter().copied().filter(|v| v.is_finite()).collect();
+    sorted.sort_by(f64::total_cmp);
+    sorted
+}
