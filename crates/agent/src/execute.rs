@@ -2,7 +2,7 @@
 
 use chrono::Utc;
 use vantage_model::control::{AssignedRun, ResultUpload, RunOutcome};
-use vantage_model::latency::{LatencyProtocol, LatencySpec};
+use vantage_model::latency::{LatencyProtocol, LatencySpec, TransmitStamp};
 use vantage_model::throughput::{Direction, ThroughputProtocol, ThroughputSpec};
 use vantage_model::units::{parse_bytes, parse_duration, parse_rate_bps};
 
@@ -140,6 +140,15 @@ pub fn latency_spec(run: &AssignedRun) -> Result<LatencySpec, String> {
         dscp: u8::try_from(integer(spec, "dscp", 0)?)
             .map_err(|_| "spec.dscp: out of range 0..=63".to_string())?,
         allow_fragmentation: spec["allow_fragmentation"].as_bool().unwrap_or(false),
+        tx_timestamp: match spec["tx_timestamp"].as_str() {
+            None | Some("kernel") => TransmitStamp::Kernel,
+            Some("user") => TransmitStamp::User,
+            Some(other) => {
+                return Err(format!(
+                    "spec.tx_timestamp: '{other}' is not one of kernel, user"
+                ))
+            }
+        },
     })
 }
 

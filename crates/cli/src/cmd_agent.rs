@@ -49,7 +49,7 @@ fn parse_tag(text: &str) -> Result<(String, String), String> {
 }
 
 pub fn run(args: AgentArgs) -> ExitCode {
-    crate::cmd_server::init_logging();
+    crate::daemon::init_logging();
     let mut options = AgentOptions::new(&args.server, &args.token, &args.name, args.spool);
     options.tags = args.tags.into_iter().collect::<BTreeMap<_, _>>();
     options.accepts_inbound = !args.no_inbound;
@@ -65,7 +65,7 @@ pub fn run(args: AgentArgs) -> ExitCode {
     };
     match runtime.block_on(vantage_agent::run(
         options,
-        crate::cmd_server::wait_for_stop_signal(),
+        crate::daemon::wait_for_stop_signal(),
     )) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -152,7 +152,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let deadline = args
         .duration
         .map(|duration| tokio::time::Instant::now() + duration);
-    let stop_signal = crate::cmd_server::wait_for_stop_signal();
+    let stop_signal = crate::daemon::wait_for_stop_signal();
     tokio::pin!(stop_signal);
     loop {
         let pause = tokio::time::sleep(args.summary_every);

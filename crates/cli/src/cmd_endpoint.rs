@@ -40,7 +40,8 @@ fn rate_arg(input: &str) -> Result<u64, String> {
 }
 
 pub fn run(args: EndpointArgs) -> ExitCode {
-    init_logging();
+    // RUST_LOG=debug shows each malformed packet the endpoint drops.
+    crate::daemon::init_logging();
     match serve(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -95,35 +96,10 @@ fn serve(args: EndpointArgs) -> Result<(), String> {
             println!("iperf3-compatible listener on {addr} (TCP and UDP)");
         }
         let stats = endpoint
-            .run(shutdown_signal())
+            .run(crate::daemon::wait_for_stop_signal())
             .await
             .map_err(|e| e.to_string())?;
         eprintln!("vantage endpoint stopped; {stats}");
         Ok(())
     })
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut terminate) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = terminate.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-/// Logs to stderr; `RUST_LOG=debug` shows each malformed packet the endpoint drops.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

@@ -238,7 +238,9 @@ fn run_command(command: LabCommand) -> Result<i32, String> {
             command,
         } => {
             let name = lab_name(name)?;
-            lab::exec(&name, &node, &command).map_err(|e| e.to_string())
+            match lab::exec(&name, &node, &command) {
+                Err(error) => Err(error.to_string()),
+            }
         }
         LabCommand::Set {
             lab: name,

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use vantage_model::latency::{Distribution, LatencyProtocol, LatencyResult, LatencySpec};
+use vantage_model::latency::{
+    Distribution, LatencyProtocol, LatencyResult, LatencySpec, TransmitStamp,
+};
 use vantage_model::units::{format_us, parse_bytes, parse_duration};
 use vantage_probe::endpoint::DEFAULT_PORT;
 use vantage_probe::latency::{run_latency, Progress};
@@ -16,6 +18,12 @@ enum ProtocolArg {
     Udp,
     Tcp,
     Icmp,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TxStampArg {
+    Kernel,
+    User,
 }
 
 #[derive(Args)]
@@ -47,6 +55,10 @@ pub struct LatencyArgs {
     /// Send probes larger than the path MTU (they will be fragmented).
     #[arg(long)]
     allow_fragmentation: bool,
+    /// Transmit stamp: `kernel` (as the packet leaves the socket layer) or `user`
+    /// (before the send call, as ping does; for like-for-like comparisons).
+    #[arg(long, value_enum, value_name = "CLOCK", default_value = "kernel")]
+    tx_timestamp: TxStampArg,
     /// Print one JSON document (docs/json-schema.md) instead of text.
     #[arg(long)]
     json: bool,
@@ -80,23 +92,54 @@ pub fn run(args: LatencyArgs) -> ExitCode {
         size_bytes: args.size,
         dscp: args.dscp,
         allow_fragmentation: args.allow_fragmentation,
+        tx_timestamp: match args.tx_timestamp {
+            TxStampArg::Kernel => TransmitStamp::Kernel,
+            TxStampArg::User => TransmitStamp::User,
+        },
     };
-    let bar = progress_bar(args.json, u64::from(args.count));
-    let result = run_latency(&spec, &mut |p: Progress| {
-        if let Some(bar) = &bar {
-            bar.set_position(u64::from(p.sent));
-            bar.set_message(format!("{} answered", p.answered));
+    let output = ProbeOutput {
+        command: "latency",
+        json: args.json,
+        count: args.count,
+        answered_word: "answered",
+    };
+    output.run(|progress| run_latency(&spec, progress), human_report)
+}
+
+/// How a probing command (latency, sandwich) shows progress and prints its result.
+pub(crate) struct ProbeOutput {
+    pub command: &'static str,
+    pub json: bool,
+    pub count: u32,
+    /// What the progress bar calls the probes that came back ("answered", "complete").
+    pub answered_word: &'static str,
+}
+
+impl ProbeOutput {
+    /// Runs `engine` with a progress bar (terminal only, never with `--json`), then
+    /// prints the result as JSON or as `human_report`'s text.
+    pub fn run<R: serde::Serialize, E: std::fmt::Display>(
+        &self,
+        engine: impl FnOnce(&mut dyn FnMut(Progress)) -> Result<R, E>,
+        human_report: impl Fn(&R) -> String,
+    ) -> ExitCode {
+        let bar = progress_bar(self.json, u64::from(self.count));
+        let result = engine(&mut |p: Progress| {
+            if let Some(bar) = &bar {
+                bar.set_position(u64::from(p.sent));
+                bar.set_message(format!("{} {}", p.answered, self.answered_word));
+            }
+        });
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
         }
-    });
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
-    match result {
-        Ok(result) if args.json => print_json("latency", &result),
-        Ok(result) => print_stdout("latency", &human_report(&result)),
-        Err(err) => {
-            eprintln!("vantage latency: {err}");
-            ExitCode::FAILURE
+        match result {
+            Ok(result) if self.json => print_json(self.command, &result),
+            Ok(result) => print_stdout(self.command, &human_report(&result)),
+            Err(err) => {
+                eprintln!("vantage {}: {err}", self.command);
+                ExitCode::FAILURE
+            }
         }
     }
 }

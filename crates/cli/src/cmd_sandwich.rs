@@ -6,12 +6,9 @@ use std::time::Duration;
 use clap::Args;
 use vantage_model::latency::{SandwichResult, SandwichSpec};
 use vantage_probe::endpoint::DEFAULT_PORT;
-use vantage_probe::latency::Progress;
 use vantage_probe::sandwich::run_sandwich;
 
-use crate::cmd_latency::{
-    duration_arg, format_distribution, micros_u64, print_json, print_stdout, progress_bar, size_arg,
-};
+use crate::cmd_latency::{duration_arg, format_distribution, micros_u64, size_arg, ProbeOutput};
 
 #[derive(Args)]
 pub struct SandwichArgs {
@@ -59,24 +56,13 @@ pub fn run(args: SandwichArgs) -> ExitCode {
         dscp: args.dscp,
         allow_fragmentation: args.allow_fragmentation,
     };
-    let bar = progress_bar(args.json, u64::from(args.count));
-    let result = run_sandwich(&spec, &mut |p: Progress| {
-        if let Some(bar) = &bar {
-            bar.set_position(u64::from(p.sent));
-            bar.set_message(format!("{} complete", p.answered));
-        }
-    });
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
-    match result {
-        Ok(result) if args.json => print_json("sandwich", &result),
-        Ok(result) => print_stdout("sandwich", &human_report(&result)),
-        Err(err) => {
-            eprintln!("vantage sandwich: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    let output = ProbeOutput {
+        command: "sandwich",
+        json: args.json,
+        count: args.count,
+        answered_word: "complete",
+    };
+    output.run(|progress| run_sandwich(&spec, progress), human_report)
 }
 
 fn human_report(result: &SandwichResult) -> String {

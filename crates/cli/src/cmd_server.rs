@@ -31,7 +31,7 @@ pub struct ServerArgs {
 }
 
 pub fn run(args: ServerArgs) -> ExitCode {
-    crate::cmd_server::init_logging();
+    crate::daemon::init_logging();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -70,33 +70,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     if generated {
         eprintln!("vantage server: admin token {}", server.admin_token);
     }
-    crate::cmd_server::wait_for_stop_signal().await;
+    crate::daemon::wait_for_stop_signal().await;
     eprintln!("vantage server: stopping");
     server.shutdown().await
-}
-
-/// Logs to stderr, `info` unless RUST_LOG says otherwise (shared by the control-plane commands).
-pub(crate) fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-/// Resolves on Ctrl-C or SIGTERM (how service managers and `kill` stop a server or agent).
-pub(crate) async fn wait_for_stop_signal() {
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
-    }
 }

@@ -10,6 +10,7 @@ mod cmd_latency;
 mod cmd_sandwich;
 mod cmd_server;
 mod cmd_throughput;
+mod daemon;
 
 use clap::{Parser, Subcommand};
 

@@ -16,6 +16,7 @@ use crate::routing::{compute_routes, Route};
 use crate::topology::{Direction, Endpoint, NodeKind, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -758,9 +759,11 @@ pub fn incident(lab: &str, name: &str, on: bool) -> Result<LabState, LabError> {
     Ok(state)
 }
 
-/// Runs a command inside a node's namespace with inherited stdio; returns its exit code
-/// (128 + signal number when it was killed).
-pub fn exec(lab: &str, node: &str, command: &[String]) -> Result<i32, LabError> {
+/// Runs a command inside a node's namespace by replacing this process with
+/// `ip netns exec` (which in turn execs the command): its exit status and signals are
+/// the command's own, so stopping `vantage lab exec` stops the command. Returns only
+/// when the command could not be started.
+pub fn exec(lab: &str, node: &str, command: &[String]) -> Result<Infallible, LabError> {
     require_root()?;
     let state = LabState::load(lab).map_err(step_error("load lab state"))?;
     if !state.topology.nodes.iter().any(|n| n.name == node) {
@@ -778,18 +781,15 @@ pub fn exec(lab: &str, node: &str, command: &[String]) -> Result<i32, LabError> 
             ),
         });
     }
-    let status = Command::new("ip")
+    use std::os::unix::process::CommandExt;
+    let error = Command::new("ip")
         .args(["netns", "exec", &node_netns(lab, node)])
         .args(command)
-        .status()
-        .map_err(|e| LabError {
-            step: "run command".into(),
-            message: e.to_string(),
-        })?;
-    use std::os::unix::process::ExitStatusExt;
-    Ok(status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+        .exec();
+    Err(LabError {
+        step: "run command".into(),
+        message: format!("cannot run ip netns exec: {error}"),
+    })
 }
 
 /// A running lab as `lab status` shows it.

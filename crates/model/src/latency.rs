@@ -30,6 +30,27 @@ pub struct LatencySpec {
     /// DSCP code point (0..=63) set on probes.
     pub dscp: u8,
     pub allow_fragmentation: bool,
+    /// Where the transmit stamp t1 comes from: `kernel` (default; the software stamp
+    /// the kernel takes as the packet leaves the socket layer, falling back to the
+    /// user clock when none arrives) or `user` (read just before the send system
+    /// call, as `ping` does — for like-for-like comparisons with such tools).
+    #[serde(default = "TransmitStamp::kernel")]
+    pub tx_timestamp: TransmitStamp,
+}
+
+/// Which clock a run asks for its transmit stamps (see `LatencySpec::tx_timestamp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransmitStamp {
+    #[default]
+    Kernel,
+    User,
+}
+
+impl TransmitStamp {
+    fn kernel() -> Self {
+        Self::Kernel
+    }
 }
 
 /// Five-number-plus summary of a set of samples, in the unit its field name carries.

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use vantage_model::latency::{
     SandwichResult, SandwichRound, SandwichSpec, SandwichSummary, TimestampSource, Timestamping,
+    TransmitStamp,
 };
 use vantage_stats::distribution;
 
@@ -56,7 +57,7 @@ pub fn run_sandwich(
     }
     let target = resolve_target(&spec.target, spec.port)?;
     let start_time = chrono::Utc::now();
-    let mut client = TwampClient::connect(target, spec.dscp)?;
+    let mut client = TwampClient::connect(target, spec.dscp, TransmitStamp::Kernel)?;
     let path_mtu_bytes = client.check_size(spec.small_size_bytes, false)?;
     let headers = ip_header_bytes(target.ip()) + UDP_HEADER_BYTES;
     // Loopback's 64 KiB MTU exceeds what one UDP datagram can carry: cap there.

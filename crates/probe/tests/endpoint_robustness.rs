@@ -8,7 +8,7 @@ use std::net::{Shutdown, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{spec, TestEndpoint};
+use common::{no_progress, spec, TestEndpoint};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use vantage_model::latency::LatencyProtocol;
@@ -18,8 +18,6 @@ use vantage_probe::endpoint::tcp::{
 use vantage_probe::endpoint::EndpointCounters;
 use vantage_probe::latency::run_latency;
 use vantage_probe::twamp::{self, REFLECTOR_HEADER_LEN, SENDER_HEADER_LEN};
-
-fn no_progress(_: vantage_probe::latency::Progress) {}
 
 /// Waits (bounded) until `done` holds for the endpoint's counters.
 fn wait_for(counters: &EndpointCounters, what: &str, done: impl Fn(&EndpointCounters) -> bool) {

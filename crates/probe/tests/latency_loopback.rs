@@ -4,13 +4,13 @@ mod common;
 
 use std::net::UdpSocket;
 
-use common::{spec, TestEndpoint};
-use vantage_model::latency::{LatencyProtocol, ProbeStatus, SandwichSpec, TimestampSource};
+use common::{no_progress, spec, TestEndpoint};
+use vantage_model::latency::{
+    LatencyProtocol, ProbeStatus, SandwichSpec, TimestampSource, TransmitStamp,
+};
 use vantage_probe::endpoint::FaultInjection;
 use vantage_probe::latency::{run_latency, LatencyError};
 use vantage_probe::sandwich::run_sandwich;
-
-fn no_progress(_: vantage_probe::latency::Progress) {}
 
 #[test]
 fn udp_probes_all_return_over_ipv4_and_ipv6_with_kernel_stamps() {
@@ -52,6 +52,26 @@ fn udp_probes_all_return_over_ipv4_and_ipv6_with_kernel_stamps() {
         }
     }
     assert!(endpoint.stop().udp_reflected >= 44);
+}
+
+#[test]
+fn user_transmit_stamps_are_used_and_reported_when_asked() {
+    let endpoint = TestEndpoint::start(Some("127.0.0.1".parse().unwrap()), |_| {});
+    for protocol in [LatencyProtocol::Udp, LatencyProtocol::Icmp] {
+        let mut asked = spec(endpoint.at("127.0.0.1"), protocol, 10);
+        asked.tx_timestamp = TransmitStamp::User;
+        // ICMP needs ping sockets or root; without them this fails with the reason.
+        let result =
+            run_latency(&asked, &mut no_progress).unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+        assert_eq!(result.summary.received, 10, "{protocol:?}");
+        assert_eq!(
+            result.timestamping.transmit,
+            TimestampSource::User,
+            "{protocol:?}"
+        );
+        assert_eq!(result.spec.tx_timestamp, TransmitStamp::User);
+    }
+    endpoint.stop();
 }
 
 #[test]

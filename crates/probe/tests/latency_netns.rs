@@ -9,25 +9,11 @@ mod common;
 use std::fs::File;
 use std::process::Command;
 
-use common::{spec, TestEndpoint};
+use common::{no_progress, sh, spec, TestEndpoint};
 use nix::sched::{setns, CloneFlags};
 use vantage_model::latency::{LatencyProtocol, SandwichSpec};
 use vantage_probe::latency::{run_latency, LatencyError};
 use vantage_probe::sandwich::run_sandwich;
-
-fn no_progress(_: vantage_probe::latency::Progress) {}
-
-fn sh(args: &[&str]) {
-    let output = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{args:?} failed (root and iproute2 needed): {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// Network namespaces named with a per-test prefix, deleted on drop (also on failure).
 struct Namespaces(Vec<String>);

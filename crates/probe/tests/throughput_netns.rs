@@ -3,6 +3,8 @@
 //! agreement, the receive-window verdict, and a CPU-starved sender.
 //! Needs root (CI runs as root); fails with the reason otherwise.
 
+mod common;
+
 use std::fs::File;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -10,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::sh;
 use serde_json::Value;
 use vantage_model::throughput::{
     LimitedBy, ThroughputProtocol, ThroughputResult, ThroughputSpec, ThroughputTool,
@@ -22,18 +25,6 @@ use vantage_probe::throughput::server::{ServiceLimits, ThroughputService};
 
 const CLIENT_IP: &str = "10.77.1.1";
 const SERVER_IP: &str = "10.77.2.1";
-
-fn sh(args: &[&str]) {
-    let output = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{args:?} failed (this test needs root and iproute2 with tbf): {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// Three namespaces, client — router — server, `tbf` at `rate_mbit` on the router's
 /// egress both ways (a remote shaper: the sender sees loss, not socket back-pressure).

@@ -18,7 +18,7 @@ use axum::{Json, Router};
 use futures_util::Stream;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use tokio::sync::{broadcast, Notify};
+use tokio::sync::{broadcast, mpsc, Notify};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::StreamExt;
 use vantage_model::control::{
@@ -31,6 +31,7 @@ use crate::archive::{
     from_us, now_us, to_us, Archive, ArchiveError, Ingest, IngestRefusal, ResultFilter, RunRecord,
     METRICS,
 };
+use crate::archivers::{ArchiverQueue, Delivery};
 use crate::events::{Alert, Event, Subscription};
 use crate::{openapi, openmetrics};
 
@@ -48,14 +49,18 @@ pub struct ServerState {
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// Applies a configuration document: validates and stores it (see `planner`).
     pub config_validator: fn(&serde_json::Value) -> Result<(), Vec<String>>,
+    /// Results on their way to file and HTTP archivers (see `archivers`).
+    pub archivers: ArchiverQueue,
 }
 
 impl ServerState {
+    /// The state and the receiving end of its archiver queue (for `archivers::run`).
     pub async fn new(
         archive: Archive,
         config_validator: fn(&serde_json::Value) -> Result<(), Vec<String>>,
-    ) -> Result<Arc<ServerState>, ArchiveError> {
+    ) -> Result<(Arc<ServerState>, mpsc::Receiver<Delivery>), ArchiveError> {
         let (events, _) = broadcast::channel(4096);
+        let (archivers, deliveries) = ArchiverQueue::new();
         let state = Arc::new(ServerState {
             archive,
             events,
@@ -64,9 +69,10 @@ impl ServerState {
             token_cache: RwLock::new(HashMap::new()),
             stopping: tokio::sync::watch::channel(false).0,
             config_validator,
+            archivers,
         });
         state.refresh_agent_tags().await?;
-        Ok(state)
+        Ok((state, deliveries))
     }
 
     pub async fn refresh_agent_tags(&self) -> Result<(), ArchiveError> {
@@ -310,7 +316,7 @@ async fn metrics(State(state): State<AppState>, caller: Caller) -> ApiResult<Res
     let latest = state.archive.latest_per_pair().await?;
     Ok((
         [(header::CONTENT_TYPE, openmetrics::CONTENT_TYPE)],
-        openmetrics::render(&latest),
+        openmetrics::render(&latest, &state.archivers.counts()),
     )
         .into_response())
 }
@@ -506,7 +512,7 @@ fn announce(state: &ServerState, ingest: Ingest, run: &RunRecord, upload: &Resul
         .as_ref()
         .map(crate::archive::summary_metrics)
         .unwrap_or([None; 8]);
-    let result = crate::archive::StoredResult {
+    let mut result = crate::archive::StoredResult {
         run_id: run.id.clone(),
         test: run.test.clone(),
         client: run.client.clone(),
@@ -520,8 +526,14 @@ fn announce(state: &ServerState, ingest: Ingest, run: &RunRecord, upload: &Resul
             .zip(metrics)
             .filter_map(|(name, value)| value.map(|value| (name.to_string(), value)))
             .collect(),
-        result: None,
+        result: upload.result.clone(),
     };
+    state.archivers.offer(Delivery {
+        task: run.task.clone(),
+        result: result.clone(),
+    });
+    // Subscribers get the summary; the raw document is queried by run id.
+    result.result = None;
     state.publish(Event::Result {
         agent_tags: state.pair_tags(&run.client, &run.server),
         result,

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod archive;
+pub mod archivers;
 pub mod events;
 pub mod openapi;
 pub mod openmetrics;

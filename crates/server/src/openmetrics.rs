@@ -1,11 +1,14 @@
-//! OpenMetrics text exposition of the latest result per (client, server, test).
+//! OpenMetrics text exposition of the latest result per (client, server, test), and
+//! the archivers' delivery counters.
 //!
 //! Follows the OpenMetrics 1.0 text format: `# TYPE`/`# UNIT`/`# HELP` per family,
 //! base units (seconds), label values escaped, terminated by `# EOF`.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::archive::StoredResult;
+use crate::archivers::DeliveryCounts;
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -77,7 +80,7 @@ fn escape_label(value: &str) -> String {
 }
 
 /// Renders the exposition; pairs without a metric are simply absent from that family.
-pub fn render(latest: &[StoredResult]) -> String {
+pub fn render(latest: &[StoredResult], archivers: &BTreeMap<String, DeliveryCounts>) -> String {
     let mut text = String::new();
     for (metric, family, unit, scale, help) in FAMILIES {
         let samples: Vec<_> = latest
@@ -108,6 +111,27 @@ pub fn render(latest: &[StoredResult]) -> String {
             );
         }
     }
+    if !archivers.is_empty() {
+        let family = "vantage_archiver_deliveries";
+        let _ = writeln!(text, "# TYPE {family} counter");
+        let _ = writeln!(
+            text,
+            "# HELP {family} Results handed to file/http archivers since the server started, by outcome."
+        );
+        for (archiver, counts) in archivers {
+            for (outcome, value) in [
+                ("delivered", counts.delivered),
+                ("failed", counts.failed),
+                ("dropped", counts.dropped),
+            ] {
+                let _ = writeln!(
+                    text,
+                    "{family}_total{{archiver=\"{}\",outcome=\"{outcome}\"}} {value}",
+                    escape_label(archiver)
+                );
+            }
+        }
+    }
     text.push_str("# EOF\n");
     text
 }
@@ -136,7 +160,23 @@ mod tests {
             .collect(),
             result: None,
         };
-        let text = render(&[result]);
+        let archivers = [(
+            "ops-log".to_string(),
+            DeliveryCounts {
+                delivered: 3,
+                failed: 1,
+                dropped: 0,
+            },
+        )]
+        .into_iter()
+        .collect();
+        let text = render(&[result], &archivers);
+        assert!(
+            text.contains(
+                "vantage_archiver_deliveries_total{archiver=\"ops-log\",outcome=\"failed\"} 1\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("# UNIT vantage_rtt_median_seconds seconds\n"),
             "{text}"

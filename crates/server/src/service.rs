@@ -10,6 +10,7 @@ use vantage_model::control::Role;
 
 use crate::api::{router, ServerState};
 use crate::archive::Archive;
+use crate::archivers;
 use crate::planner::{self, PlannerOptions};
 
 /// How to run a server.
@@ -32,6 +33,7 @@ pub struct RunningServer {
     stop: watch::Sender<bool>,
     http: JoinHandle<std::io::Result<()>>,
     planner: JoinHandle<()>,
+    archivers: JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -45,6 +47,7 @@ impl RunningServer {
         self.state.stopping.send_replace(true);
         self.http.await??;
         self.planner.await?;
+        self.archivers.await?;
         self.state.archive.close().await;
         Ok(())
     }
@@ -57,7 +60,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     archive
         .add_token(&admin_token, "admin", Role::Admin)
         .await?;
-    let state = ServerState::new(archive, planner::validate_config).await?;
+    let (state, deliveries) = ServerState::new(archive, planner::validate_config).await?;
     let listener = TcpListener::bind(options.listen)
         .await
         .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", options.listen))?;
@@ -72,6 +75,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             })
             .await
     });
+    let archivers = tokio::spawn(archivers::run(state.clone(), deliveries, stopped.clone()));
     let planner = tokio::spawn(planner::run(
         state.clone(),
         options.planner.clone(),
@@ -85,6 +89,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         stop,
         http,
         planner,
+        archivers,
     })
 }
 

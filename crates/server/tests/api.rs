@@ -536,3 +536,128 @@ async fn mixed_metrics_on_sqlite() {
 async fn mixed_metrics_on_postgres() {
     mixed_metrics_scenario(Kind::Postgres).await;
 }
+
+/// Each newly stored result reaches its task's file and HTTP archivers once; a receiver
+/// that never answers is retried, then counted as failed in /metrics.
+async fn archivers_scenario(kind: Kind) {
+    use std::sync::{Arc, Mutex};
+
+    let db = TestDb::new(kind, "archivers").await;
+    let server = common::start(&db, PlannerOptions::default()).await;
+    let admin = Api::new(&server.url(), &server.admin_token);
+    let agent = Api::new(&server.url(), &admin.token("fleet", "agent").await);
+    for name in ["a", "b"] {
+        let (status, body) = agent
+            .post("/api/v1/agents", json!({"name": name, "addresses": ["127.0.0.1"], "endpoint_port": 9, "accepts_inbound": true}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    // An HTTP receiver that keeps what it is sent.
+    let received: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let sink = Arc::clone(&received);
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |axum::Json(body): axum::Json<serde_json::Value>| {
+            let sink = Arc::clone(&sink);
+            async move {
+                sink.lock().unwrap().push(body);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let receiver = tokio::spawn(async move { axum::serve(listener, app).await });
+    // A port nobody listens on (bound, then released).
+    let dead_url = {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/", closed.local_addr().unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("results.jsonl");
+
+    let config = json!({
+        "groups": [{"name": "pair", "kind": "list", "pairs": [["a", "b"]]}],
+        "tests": [{"name": "lat", "type": "latency", "spec": {"count": 3}}],
+        "tasks": [{"name": "t", "test": "lat", "group": "pair", "every": "1h",
+                   "archivers": ["db", "log", "hook", "dead"]}],
+        "archivers": [
+            {"name": "db", "kind": "database"},
+            {"name": "log", "kind": "file", "path": log_path.to_str().unwrap()},
+            {"name": "hook", "kind": "http", "url": hook_url},
+            {"name": "dead", "kind": "http", "url": dead_url},
+        ],
+    });
+    let (status, body) = admin.call("PUT", "/api/v1/config", Some(config)).await;
+    assert_eq!(status, 200, "{body}");
+
+    let start = now_us() + 1_000_000;
+    server
+        .state
+        .archive
+        .insert_runs(&[run_record("arch1", "a", "b", start)])
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        // The second upload is a duplicate: stored once, delivered once.
+        let (status, ack) = agent
+            .post("/api/v1/results", upload("arch1", "a", 321.0))
+            .await;
+        assert_eq!(status, 200, "{ack}");
+    }
+
+    let reader = Api::new(&server.url(), &admin.token("prom", "reader").await);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let metrics = loop {
+        let response = reader
+            .http
+            .get(format!("{}/metrics", server.url()))
+            .bearer_auth(&reader.token)
+            .send()
+            .await
+            .unwrap();
+        let text = response.text().await.unwrap();
+        if text.contains("archiver=\"dead\",outcome=\"failed\"} 1") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dead receiver was never counted as failed:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for archiver in ["log", "hook"] {
+        assert!(
+            metrics.contains(&format!(
+                "archiver=\"{archiver}\",outcome=\"delivered\"}} 1\n"
+            )),
+            "{metrics}"
+        );
+    }
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log_path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON document per line"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["run_id"], "arch1");
+    assert_eq!(lines[0]["result"]["summary"]["rtt_us"]["median"], 321.0);
+    let posted = received.lock().unwrap().clone();
+    assert_eq!(
+        posted, lines,
+        "the file and the HTTP receiver got the same document"
+    );
+    receiver.abort();
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn archivers_on_sqlite() {
+    archivers_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn archivers_on_postgres() {
+    archivers_scenario(Kind::Postgres).await;
+}

@@ -18,7 +18,9 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::{errors, read_json, results_json, state, stream_id, write_json, COOKIE_BYTES};
 use crate::throughput::engine::{run_streams, DataSocket, DataStream, EngineSettings, UdpSettings};
-use crate::throughput::server::{pacing_per_stream, ThroughputService, MAX_STREAMS, RECEIVE_GRACE};
+use crate::throughput::server::{
+    accept_until_stopped, pacing_per_stream, ThroughputService, MAX_STREAMS, RECEIVE_GRACE,
+};
 use crate::throughput::SocketOptions;
 
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,24 +72,10 @@ impl Iperf3Server {
 
     /// Serves until `stop` is set.
     pub fn serve(self: Arc<Self>, stop: Arc<AtomicBool>) -> io::Result<()> {
-        self.tcp.set_nonblocking(true)?;
-        while !stop.load(Ordering::Relaxed) {
-            match self.tcp.accept() {
-                Ok((stream, peer)) => {
-                    let server = Arc::clone(&self);
-                    std::thread::spawn(move || {
-                        if let Err(err) = server.connection(stream) {
-                            tracing::debug!(%peer, "iperf3 session ended: {err}");
-                        }
-                    });
-                }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                Err(err) => tracing::debug!("iperf3 accept failed: {err}"),
-            }
-        }
-        Ok(())
+        let listener = self.tcp.try_clone()?;
+        accept_until_stopped(&listener, &stop, "iperf3", move |stream| {
+            Arc::clone(&self).connection(stream)
+        })
     }
 
     fn connection(self: &Arc<Self>, mut stream: TcpStream) -> io::Result<()> {

@@ -13,7 +13,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use vantage_model::latency::{LatencySpec, TimestampSource, Timestamping};
+use vantage_model::latency::{LatencySpec, TimestampSource, Timestamping, TransmitStamp};
 use vantage_stats::SequenceTracker;
 
 use super::udp::{set_dscp, SentPacket};
@@ -151,7 +151,7 @@ pub(super) fn run(
         mtu,
         spec.allow_fragmentation,
     )?;
-    enable_timestamping(&echo.socket, true);
+    enable_timestamping(&echo.socket, spec.tx_timestamp == TransmitStamp::Kernel);
 
     let fd = echo.socket.as_raw_fd();
     let count = spec.count as usize;

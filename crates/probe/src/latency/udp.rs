@@ -16,7 +16,9 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use vantage_model::latency::{ClockSync, LatencySpec, OneWay, TimestampSource, Timestamping};
+use vantage_model::latency::{
+    ClockSync, LatencySpec, OneWay, TimestampSource, Timestamping, TransmitStamp,
+};
 use vantage_stats::{distribution, split_loss, Bracket, SequenceTracker};
 
 use super::{sleep_until, EngineRun, LatencyError, ProbeOutcome, Progress};
@@ -77,7 +79,11 @@ pub(crate) struct TwampClient {
 }
 
 impl TwampClient {
-    pub fn connect(peer: SocketAddr, dscp: u8) -> Result<Self, LatencyError> {
+    pub fn connect(
+        peer: SocketAddr,
+        dscp: u8,
+        tx_timestamp: TransmitStamp,
+    ) -> Result<Self, LatencyError> {
         let io = |what: &str| {
             let what = format!("{what} (UDP to {peer})");
             move |e| LatencyError::io(what, e)
@@ -91,7 +97,7 @@ impl TwampClient {
         socket
             .set_nonblocking(true)
             .map_err(io("setting non-blocking"))?;
-        enable_timestamping(&socket, true);
+        enable_timestamping(&socket, tx_timestamp == TransmitStamp::Kernel);
         let sync = local_clock_sync();
         let error_us = sync
             .estimated_error_us
@@ -340,7 +346,7 @@ pub(super) fn run(
     target: SocketAddr,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<EngineRun, LatencyError> {
-    let mut client = TwampClient::connect(target, spec.dscp)?;
+    let mut client = TwampClient::connect(target, spec.dscp, spec.tx_timestamp)?;
     client.check_size(spec.size_bytes, spec.allow_fragmentation)?;
     let size = spec.size_bytes as usize;
     let count = spec.count;

@@ -23,6 +23,14 @@ pub const CPU_SATURATION_RATIO: f64 = 0.9;
 pub const CPU_STARVED_WAIT_RATIO: f64 = 0.25;
 /// A limit (kernel "limited" time share) that dominates the busy time.
 pub const DOMINANT_SHARE: f64 = 0.5;
+/// A loss-free transfer carrying at least this share of peer window / RTT used the
+/// whole window: the window, not the network, bounded it. The kernel's counters
+/// alone miss this case: once cwnd has settled at the window (Linux grows cwnd only
+/// while cwnd-limited), each ACK opens both by the same amount and the kernel books
+/// most of the wait as cwnd-limited.
+pub const WINDOW_FILLED_SHARE: f64 = 0.9;
+/// With a filled window, the kernel must still have seen the window limit this often.
+const WINDOW_FILLED_MIN_RWND_SHARE: f64 = 0.1;
 
 /// One stream with where its samples live.
 struct StreamView<'a> {
@@ -477,7 +485,12 @@ pub fn verdict(inputs: &VerdictInputs) -> (LimitedBy, LimitEvidence) {
         let window_near = inputs
             .window_rate_bps
             .is_some_and(|w| inputs.received_bps >= 0.7 * w);
-        if rwnd >= DOMINANT_SHARE || (rwnd >= 0.3 && window_near) {
+        let window_filled = inputs.retransmits == Some(0)
+            && rwnd >= WINDOW_FILLED_MIN_RWND_SHARE
+            && inputs
+                .window_rate_bps
+                .is_some_and(|w| inputs.received_bps >= WINDOW_FILLED_SHARE * w);
+        if rwnd >= DOMINANT_SHARE || (rwnd >= 0.3 && window_near) || window_filled {
             let window_text =
                 match (
                     inputs.peer_window_bytes,
@@ -797,6 +810,15 @@ mod tests {
         let (limit, evidence) = verdict(&tcp_inputs(1000, 800, 0));
         assert_eq!(limit, LimitedBy::ReceiveWindow);
         assert_eq!(evidence.rwnd_limited_ratio, Some(0.8));
+        // cwnd settled at the window: the counters say 25 % rwnd, but the loss-free
+        // transfer carried 96 % of window / RTT.
+        let mut settled = tcp_inputs(1000, 250, 0);
+        settled.received_bps = 0.96 * settled.window_rate_bps.unwrap();
+        settled.retransmits = Some(0);
+        assert_eq!(verdict(&settled).0, LimitedBy::ReceiveWindow);
+        // The same with losses: the network pushed back.
+        settled.retransmits = Some(12);
+        assert_eq!(verdict(&settled).0, LimitedBy::Network);
         assert!(
             evidence.reason.contains("peer window 8192 B"),
             "{}",

@@ -175,24 +175,9 @@ impl ThroughputService {
         listener: TcpListener,
         stop: Arc<AtomicBool>,
     ) -> io::Result<()> {
-        listener.set_nonblocking(true)?;
-        while !stop.load(Ordering::Relaxed) {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let service = Arc::clone(&self);
-                    std::thread::spawn(move || {
-                        if let Err(err) = service.accept_preamble(stream) {
-                            tracing::debug!("throughput connection ended: {err}");
-                        }
-                    });
-                }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(err) => tracing::debug!("accept failed: {err}"),
-            }
-        }
-        Ok(())
+        accept_until_stopped(&listener, &stop, "throughput", move |stream| {
+            Arc::clone(&self).accept_preamble(stream)
+        })
     }
 
     fn accept_preamble(self: &Arc<Self>, mut stream: TcpStream) -> io::Result<()> {
@@ -461,4 +446,37 @@ fn accept_udp_hello(
             return Ok(());
         }
     }
+}
+
+/// Accepts connections on `listener` until `stop` is set, handling each on its own
+/// thread. Non-blocking accept polled every 20 ms so `stop` is noticed without a
+/// wake-up connection.
+pub(crate) fn accept_until_stopped<H>(
+    listener: &TcpListener,
+    stop: &AtomicBool,
+    service_name: &'static str,
+    handle: H,
+) -> io::Result<()>
+where
+    H: Fn(TcpStream) -> io::Result<()> + Send + Sync + 'static,
+{
+    listener.set_nonblocking(true)?;
+    let handle = Arc::new(handle);
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let handle = Arc::clone(&handle);
+                std::thread::spawn(move || {
+                    if let Err(err) = handle(stream) {
+                        tracing::debug!(%peer, "{service_name} connection ended: {err}");
+                    }
+                });
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(err) => tracing::debug!("{service_name} accept failed: {err}"),
+        }
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use vantage_model::latency::{LatencyProtocol, LatencySpec};
+use vantage_model::latency::{LatencyProtocol, LatencySpec, TransmitStamp};
 use vantage_probe::endpoint::{Endpoint, EndpointConfig, EndpointCounters, EndpointStats};
 
 pub struct TestEndpoint {
@@ -83,5 +83,22 @@ pub fn spec(target: String, protocol: LatencyProtocol, count: u32) -> LatencySpe
         size_bytes: 64,
         dscp: 0,
         allow_fragmentation: false,
+        tx_timestamp: TransmitStamp::Kernel,
     }
+}
+
+/// Ignores engine progress reports.
+pub fn no_progress(_: vantage_probe::latency::Progress) {}
+
+/// Runs a setup command (ip, tc, …), failing the test with its stderr.
+pub fn sh(args: &[&str]) {
+    let output = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{args:?} failed (this test needs root and iproute2 with tbf): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
