@@ -6,7 +6,7 @@
 //! Streams on threads (not one thread multiplexing sockets) is seed 004's point:
 //! parallel streams only help when they can use several cores.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -222,6 +222,9 @@ pub fn run_streams(
 ) -> LocalRun {
     let start = Instant::now();
     let running = Arc::new(AtomicUsize::new(streams.len()));
+    // Stream threads wake this one as they end; otherwise it sleeps to each interval
+    // boundary (no periodic wake-ups competing with the measuring threads for a core).
+    let sampler = std::thread::current();
     let mut handles = Vec::with_capacity(streams.len());
     let mut sockets = Vec::with_capacity(streams.len());
     for (index, stream) in streams.into_iter().enumerate() {
@@ -236,9 +239,11 @@ pub fn run_streams(
         let core = (!settings.affinity.is_empty())
             .then(|| settings.affinity[index % settings.affinity.len()]);
         let (id, sending) = (stream.id, stream.sending);
+        let sampler = sampler.clone();
         handles.push(std::thread::spawn(move || {
             let outcome = run_one(id, sending, &socket, &shared, &settings, &stop, start, core);
             running.fetch_sub(1, Ordering::Release);
+            sampler.unpark();
             outcome
         }));
     }
@@ -247,8 +252,12 @@ pub fn run_streams(
     let mut previous_end_s = 0.0;
     for k in 1u32.. {
         let boundary = start + settings.interval * k;
-        while Instant::now() < boundary && running.load(Ordering::Acquire) > 0 {
-            sleep_until((Instant::now() + Duration::from_millis(10)).min(boundary));
+        loop {
+            let now = Instant::now();
+            if now >= boundary || running.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            std::thread::park_timeout(boundary - now);
         }
         let end_s = start.elapsed().as_secs_f64();
         let samples = sockets
@@ -355,6 +364,99 @@ fn send_deadline(settings: &EngineSettings, start: Instant) -> Option<Instant> {
     settings.send_duration.map(|d| start + d)
 }
 
+/// A zeroed buffer that starts on a page boundary. The kernel copies to and from
+/// page-aligned user memory measurably faster on loopback (bench/throughput: about
+/// 10 % per byte); a plain 128 KiB `Vec` starts 16 bytes past a page boundary
+/// (malloc's header in front of an mmap'd chunk).
+struct PageAlignedBlock {
+    storage: Vec<u8>,
+    offset: usize,
+    len: usize,
+}
+
+impl PageAlignedBlock {
+    const PAGE_BYTES: usize = 4096;
+
+    fn new(len: usize) -> Self {
+        let storage = vec![0u8; len + Self::PAGE_BYTES];
+        let offset = storage.as_ptr().align_offset(Self::PAGE_BYTES);
+        Self {
+            storage,
+            offset,
+            len,
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.storage[self.offset..self.offset + self.len]
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.storage[self.offset..self.offset + self.len]
+    }
+}
+
+/// Where a TCP sender's bytes come from. The block is copied once into an in-memory
+/// file (memfd) and sent with `sendfile(2)`: its page-cache pages go to the socket
+/// without the per-write copy from user memory, the technique of iperf3's `-Z`. On
+/// loopback that cuts the sender's CPU per byte by about a quarter (bench/throughput).
+/// Where the kernel refuses (no memfd, or sendfile to this socket), `write(2)` of the
+/// page-aligned block is used instead; the bytes on the wire are the same.
+enum BlockSource {
+    File(std::os::fd::OwnedFd),
+    Memory(PageAlignedBlock),
+}
+
+impl BlockSource {
+    fn new() -> Self {
+        let block = Self::pattern();
+        match Self::memory_file(block.as_slice()) {
+            Ok(file) => BlockSource::File(file),
+            Err(err) => {
+                tracing::debug!("memfd unavailable ({err}); sending with write(2)");
+                BlockSource::Memory(block)
+            }
+        }
+    }
+
+    /// One block of a repeating byte pattern (not all zeros, so nothing on the path
+    /// can compress it away).
+    fn pattern() -> PageAlignedBlock {
+        let mut block = PageAlignedBlock::new(TCP_BLOCK_BYTES);
+        for (i, byte) in block.as_mut_slice().iter_mut().enumerate() {
+            *byte = (i % 251) as u8;
+        }
+        block
+    }
+
+    fn memory_file(block: &[u8]) -> io::Result<std::os::fd::OwnedFd> {
+        use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+        let file = memfd_create(c"vantage-tcp-block", MemFdCreateFlag::MFD_CLOEXEC)?;
+        let mut writer = std::fs::File::from(file);
+        writer.write_all(block)?;
+        Ok(writer.into())
+    }
+
+    /// Sends up to `len` bytes (at most one block) of the pattern.
+    fn send(&mut self, tcp: &TcpStream, len: usize) -> io::Result<usize> {
+        if let BlockSource::File(file) = self {
+            let mut offset: libc::off_t = 0;
+            match nix::sys::sendfile::sendfile(tcp, &*file, Some(&mut offset), len) {
+                Ok(n) => return Ok(n),
+                Err(errno @ (nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS)) => {
+                    tracing::debug!("sendfile refused ({errno}); sending with write(2)");
+                    *self = BlockSource::Memory(Self::pattern());
+                }
+                Err(errno) => return Err(errno.into()),
+            }
+        }
+        match self {
+            BlockSource::Memory(block) => (&*tcp).write(&block.as_slice()[..len]),
+            BlockSource::File(_) => unreachable!("replaced by Memory above"),
+        }
+    }
+}
+
 fn tcp_send(
     tcp: &TcpStream,
     shared: &Shared,
@@ -367,8 +469,7 @@ fn tcp_send(
         .map_err(|e| e.to_string())?;
     let deadline = send_deadline(settings, start);
     let limit = settings.send_bytes_per_stream.unwrap_or(u64::MAX);
-    let block: Vec<u8> = (0..TCP_BLOCK_BYTES).map(|i| (i % 251) as u8).collect();
-    let mut writer = tcp;
+    let mut source = BlockSource::new();
     let mut sent = 0u64;
     let result = loop {
         if stop.load(Ordering::Relaxed)
@@ -378,7 +479,7 @@ fn tcp_send(
             break Ok(());
         }
         let len = (limit - sent).min(TCP_BLOCK_BYTES as u64) as usize;
-        match writer.write(&block[..len]) {
+        match source.send(tcp, len) {
             Ok(n) => {
                 sent += n as u64;
                 shared.bytes.fetch_add(n as u64, Ordering::Relaxed);
@@ -405,13 +506,14 @@ fn tcp_receive(
     tcp.set_read_timeout(Some(POLL_TIMEOUT))
         .map_err(|e| e.to_string())?;
     let deadline = start + settings.receive_duration;
-    let mut block = vec![0u8; TCP_BLOCK_BYTES];
+    let mut block = PageAlignedBlock::new(TCP_BLOCK_BYTES);
+    let block = block.as_mut_slice();
     let mut reader = tcp;
     loop {
         if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
             return Ok(());
         }
-        match reader.read(&mut block) {
+        match reader.read(block) {
             Ok(0) => return Ok(()),
             Ok(n) => {
                 shared.bytes.fetch_add(n as u64, Ordering::Relaxed);
@@ -634,6 +736,37 @@ fn udp_receive(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both send paths put the same pattern on the wire; on Linux the memfd path is
+    /// the one in use.
+    #[test]
+    fn sendfile_and_write_send_the_same_bytes() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut receiver, _) = listener.accept().unwrap();
+        let mut file_source = BlockSource::new();
+        assert!(matches!(file_source, BlockSource::File(_)));
+        let mut memory_source = BlockSource::Memory(BlockSource::pattern());
+        let expected: Vec<u8> = (0..1000).map(|i| (i % 251) as u8).collect();
+        for source in [&mut file_source, &mut memory_source] {
+            let mut sent = 0;
+            while sent < expected.len() {
+                sent += source.send(&sender, expected.len() - sent).unwrap();
+            }
+            let mut got = vec![0u8; expected.len()];
+            receiver.read_exact(&mut got).unwrap();
+            assert_eq!(got, expected);
+        }
+    }
+
+    #[test]
+    fn blocks_start_on_a_page_boundary_and_have_the_asked_length() {
+        for len in [1, 4096, TCP_BLOCK_BYTES] {
+            let mut block = PageAlignedBlock::new(len);
+            assert_eq!(block.as_slice().as_ptr() as usize % 4096, 0);
+            assert_eq!(block.as_mut_slice().len(), len);
+        }
+    }
 
     #[test]
     fn udp_header_round_trips_in_both_counter_widths() {
