@@ -30,8 +30,8 @@ pub struct ThroughputArgs {
     /// Port (default 7862 for the native tool, 5201 for iperf3).
     #[arg(long, short, value_name = "P")]
     port: Option<u16>,
-    /// Sending time (DUR, e.g. 10s).
-    #[arg(long, short = 't', value_name = "DUR", default_value = "10s", value_parser = duration_arg)]
+    /// Sending time (DUR, e.g. 10s; a bare number is seconds, as in iperf3).
+    #[arg(long, short = 't', value_name = "DUR", default_value = "10s", value_parser = seconds_or_duration_arg)]
     duration: Duration,
     /// Send this many bytes (over all streams) instead of for a duration (e.g. 100M).
     #[arg(long, short = 'n', value_name = "BYTES", value_parser = bytes_arg, conflicts_with = "duration")]
@@ -45,11 +45,11 @@ pub struct ThroughputArgs {
     /// Both directions at once.
     #[arg(long)]
     bidir: bool,
-    /// Reporting interval (DUR).
-    #[arg(long, short = 'i', value_name = "DUR", default_value = "1s", value_parser = duration_arg)]
+    /// Reporting interval (DUR; a bare number is seconds, as in iperf3).
+    #[arg(long, short = 'i', value_name = "DUR", default_value = "1s", value_parser = seconds_or_duration_arg)]
     interval: Duration,
-    /// Leading time left out of the summary (slow start), DUR.
-    #[arg(long, short = 'O', value_name = "DUR", default_value = "0s", value_parser = duration_arg)]
+    /// Leading time left out of the summary (slow start), DUR; a bare number is seconds.
+    #[arg(long, short = 'O', value_name = "DUR", default_value = "0s", value_parser = seconds_or_duration_arg)]
     omit: Duration,
     /// Socket buffer size on both ends (BYTES, e.g. 64K): bounds the TCP window.
     #[arg(long, short = 'w', value_name = "BYTES", value_parser = bytes_arg)]
@@ -133,6 +133,18 @@ fn spec_from(args: &ThroughputArgs) -> ThroughputSpec {
         rate_bps: args.rate,
         packet_size_bytes: args.packet_size,
         affinity: args.affinity.clone(),
+    }
+}
+
+/// `-t`, `-i` and `-O` mirror iperf3's flags, whose values are seconds: a bare number
+/// (`-t 10`, `-i 0.5`) is read as seconds; anything else as a DUR (`10s`, `500ms`).
+fn seconds_or_duration_arg(input: &str) -> Result<Duration, String> {
+    match input.trim().parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => {
+            Ok(Duration::from_secs_f64(seconds))
+        }
+        Ok(_) => Err(format!("'{input}' is not a non-negative number of seconds")),
+        Err(_) => duration_arg(input),
     }
 }
 
@@ -262,4 +274,26 @@ fn human_report(result: &ThroughputResult) -> String {
         result.evidence.reason
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_numbers_are_seconds_like_iperf3_and_units_still_work() {
+        assert_eq!(seconds_or_duration_arg("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(
+            seconds_or_duration_arg("0.5"),
+            Ok(Duration::from_millis(500))
+        );
+        assert_eq!(
+            seconds_or_duration_arg("250ms"),
+            Ok(Duration::from_millis(250))
+        );
+        assert!(seconds_or_duration_arg("-1")
+            .unwrap_err()
+            .contains("non-negative"));
+        assert!(seconds_or_duration_arg("ten").is_err());
+    }
 }
