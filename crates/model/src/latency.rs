@@ -34,7 +34,7 @@ pub struct LatencySpec {
     /// the kernel takes as the packet leaves the socket layer, falling back to the
     /// user clock when none arrives) or `user` (read just before the send system
     /// call, as `ping` does — for like-for-like comparisons with such tools).
-    #[serde(default = "TransmitStamp::kernel")]
+    #[serde(default)]
     pub tx_timestamp: TransmitStamp,
 }
 
@@ -45,12 +45,6 @@ pub enum TransmitStamp {
     #[default]
     Kernel,
     User,
-}
-
-impl TransmitStamp {
-    fn kernel() -> Self {
-        Self::Kernel
-    }
 }
 
 /// Five-number-plus summary of a set of samples, in the unit its field name carries.

@@ -512,7 +512,7 @@ fn announce(state: &ServerState, ingest: Ingest, run: &RunRecord, upload: &Resul
         .as_ref()
         .map(crate::archive::summary_metrics)
         .unwrap_or([None; 8]);
-    let mut result = crate::archive::StoredResult {
+    let result = crate::archive::StoredResult {
         run_id: run.id.clone(),
         test: run.test.clone(),
         client: run.client.clone(),
@@ -526,14 +526,16 @@ fn announce(state: &ServerState, ingest: Ingest, run: &RunRecord, upload: &Resul
             .zip(metrics)
             .filter_map(|(name, value)| value.map(|value| (name.to_string(), value)))
             .collect(),
-        result: upload.result.clone(),
+        // Subscribers get the summary; the raw document is queried by run id.
+        result: None,
     };
     state.archivers.offer(Delivery {
         task: run.task.clone(),
-        result: result.clone(),
+        result: crate::archive::StoredResult {
+            result: upload.result.clone(),
+            ..result.clone()
+        },
     });
-    // Subscribers get the summary; the raw document is queried by run id.
-    result.result = None;
     state.publish(Event::Result {
         agent_tags: state.pair_tags(&run.client, &run.server),
         result,

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -134,20 +135,28 @@ pub async fn run(
         let Some(task) = validated.tasks.iter().find(|t| t.name == delivery.task) else {
             continue;
         };
-        let document = match serde_json::to_string(&delivery.result) {
-            Ok(document) => Arc::new(document),
+        // The server's own archive already holds the result: only file and http
+        // archivers need the document.
+        let targets: Vec<_> = task
+            .archivers
+            .iter()
+            .filter_map(|name| validated.archivers.iter().find(|a| &a.name == name))
+            .filter(|archiver| archiver.target != ArchiverTarget::Database)
+            .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        let document = match serde_json::to_vec(&delivery.result) {
+            Ok(document) => Bytes::from(document),
             Err(error) => {
                 tracing::error!("cannot serialise result for archivers: {error}");
                 continue;
             }
         };
-        for name in &task.archivers {
-            let Some(archiver) = validated.archivers.iter().find(|a| &a.name == name) else {
-                continue;
-            };
+        for archiver in targets {
+            let name = &archiver.name;
             match &archiver.target {
-                // The server's own archive already holds it.
-                ArchiverTarget::Database => {}
+                ArchiverTarget::Database => {} // filtered out above
                 ArchiverTarget::File { path } => {
                     let outcome = append_line(path, &document).await;
                     finish(&state, name, &delivery.result.run_id, outcome);
@@ -161,11 +170,11 @@ pub async fn run(
                         http.clone(),
                         url.clone(),
                         name.clone(),
-                        Arc::clone(&document),
+                        document.clone(),
                     );
                     let run_id = delivery.result.run_id.clone();
                     tokio::spawn(async move {
-                        let outcome = post_with_retries(&http, &url, &document).await;
+                        let outcome = post_with_retries(&http, &url, document).await;
                         finish(&state, &name, &run_id, outcome);
                         drop(slot);
                     });
@@ -185,7 +194,7 @@ fn finish(state: &ServerState, archiver: &str, run_id: &str, outcome: Result<(),
     }
 }
 
-async fn append_line(path: &str, document: &str) -> Result<(), String> {
+async fn append_line(path: &str, document: &[u8]) -> Result<(), String> {
     let mut file = tokio::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -193,10 +202,10 @@ async fn append_line(path: &str, document: &str) -> Result<(), String> {
         .await
         .map_err(|error| format!("opening {path}: {error}"))?;
     // One write per line: O_APPEND keeps concurrent writers' lines whole.
-    let mut line = String::with_capacity(document.len() + 1);
-    line.push_str(document);
-    line.push('\n');
-    file.write_all(line.as_bytes())
+    let mut line = Vec::with_capacity(document.len() + 1);
+    line.extend_from_slice(document);
+    line.push(b'\n');
+    file.write_all(&line)
         .await
         .map_err(|error| format!("writing {path}: {error}"))
 }
@@ -204,7 +213,7 @@ async fn append_line(path: &str, document: &str) -> Result<(), String> {
 async fn post_with_retries(
     http: &reqwest::Client,
     url: &str,
-    document: &str,
+    document: Bytes,
 ) -> Result<(), String> {
     let mut pause = HTTP_FIRST_RETRY;
     let mut last_error = String::new();
@@ -212,7 +221,7 @@ async fn post_with_retries(
         let sent = http
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(document.to_string())
+            .body(document.clone())
             .send()
             .await;
         match sent {

@@ -72,9 +72,9 @@ impl Iperf3Server {
 
     /// Serves until `stop` is set.
     pub fn serve(self: Arc<Self>, stop: Arc<AtomicBool>) -> io::Result<()> {
-        let listener = self.tcp.try_clone()?;
-        accept_until_stopped(&listener, &stop, "iperf3", move |stream| {
-            Arc::clone(&self).connection(stream)
+        let server = Arc::clone(&self);
+        accept_until_stopped(&self.tcp, &stop, "iperf3", move |stream| {
+            server.connection(stream)
         })
     }
 

@@ -439,20 +439,20 @@ impl BlockSource {
 
     /// Sends up to `len` bytes (at most one block) of the pattern.
     fn send(&mut self, tcp: &TcpStream, len: usize) -> io::Result<usize> {
-        if let BlockSource::File(file) = self {
-            let mut offset: libc::off_t = 0;
-            match nix::sys::sendfile::sendfile(tcp, &*file, Some(&mut offset), len) {
-                Ok(n) => return Ok(n),
-                Err(errno @ (nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS)) => {
-                    tracing::debug!("sendfile refused ({errno}); sending with write(2)");
-                    *self = BlockSource::Memory(Self::pattern());
+        loop {
+            match self {
+                BlockSource::File(file) => {
+                    let mut offset: libc::off_t = 0;
+                    match nix::sys::sendfile::sendfile(tcp, &*file, Some(&mut offset), len) {
+                        Err(errno @ (nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS)) => {
+                            tracing::debug!("sendfile refused ({errno}); sending with write(2)");
+                            *self = BlockSource::Memory(Self::pattern());
+                        }
+                        sent => return sent.map_err(io::Error::from),
+                    }
                 }
-                Err(errno) => return Err(errno.into()),
+                BlockSource::Memory(block) => return (&*tcp).write(&block.as_slice()[..len]),
             }
-        }
-        match self {
-            BlockSource::Memory(block) => (&*tcp).write(&block.as_slice()[..len]),
-            BlockSource::File(_) => unreachable!("replaced by Memory above"),
         }
     }
 }

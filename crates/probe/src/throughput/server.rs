@@ -176,7 +176,7 @@ impl ThroughputService {
         stop: Arc<AtomicBool>,
     ) -> io::Result<()> {
         accept_until_stopped(&listener, &stop, "throughput", move |stream| {
-            Arc::clone(&self).accept_preamble(stream)
+            self.accept_preamble(stream)
         })
     }
 
