@@ -1,173 +1,87 @@
 //! Executes one assigned run with the probe engines and turns the outcome into an upload.
+//!
+//! [`ENGINES`] lists, per test kind, how this agent runs it as a client; the kind
+//! (crate `vantage-model`, module `kinds`) reads the run's spec into the engine's
+//! typed spec, with the same defaults as the CLI.
 
 use chrono::Utc;
+use serde::Serialize;
+use serde_json::Value;
 use vantage_model::control::{AssignedRun, ResultUpload, RunOutcome};
-use vantage_model::latency::{LatencyProtocol, LatencySpec, TransmitStamp};
-use vantage_model::throughput::{Direction, ThroughputProtocol, ThroughputSpec};
-use vantage_model::units::{parse_bytes, parse_duration, parse_rate_bps};
+use vantage_model::kinds::{self, Spec, Target, TestKind};
+use vantage_model::throughput::ThroughputTool;
 
-/// Tests this agent can run as a client.
-pub const CAPABILITIES: &[&str] = &["latency", "throughput"];
+/// How the agent runs one kind: the run's spec read through the kind, its target,
+/// and the run itself (for NAT orientation); the engine's result as JSON.
+type Engine = fn(&Spec<'_>, &Target, &AssignedRun) -> Result<Value, String>;
 
-/// Reads an optional duration given as `"5ms"` (DUR) or as integer microseconds
-/// under `NAME_us`; returns microseconds.
-fn duration_us(spec: &serde_json::Value, name: &str, default_us: u64) -> Result<u64, String> {
-    if let Some(text) = spec[name].as_str() {
-        let duration = parse_duration(text).map_err(|error| format!("spec.{name}: {error}"))?;
-        return u64::try_from(duration.as_micros()).map_err(|_| format!("spec.{name}: too large"));
-    }
-    let key = format!("{name}_us");
-    match &spec[key.as_str()] {
-        serde_json::Value::Null => Ok(default_us),
-        value => value
-            .as_u64()
-            .ok_or_else(|| format!("spec.{key}: expected microseconds as an integer")),
-    }
+/// The kinds this agent runs, one line each; registration advertises these names.
+pub static ENGINES: &[(&TestKind, Engine)] = &[
+    (&kinds::latency::KIND, latency),
+    (&kinds::throughput::KIND, throughput),
+    (&kinds::capacity::KIND, capacity),
+    (&kinds::sandwich::KIND, sandwich),
+    (&kinds::trace::KIND, trace),
+];
+
+/// Names of the kinds this agent can run as a client.
+pub fn capabilities() -> Vec<String> {
+    ENGINES
+        .iter()
+        .map(|(kind, _)| kind.name.to_string())
+        .collect()
 }
 
-/// Reads an optional non-negative integer, given as a JSON number or a numeric string
-/// (validated configurations keep values as written).
-fn integer(spec: &serde_json::Value, name: &str, default: u64) -> Result<u64, String> {
-    let value = &spec[name];
-    if value.is_null() {
-        return Ok(default);
-    }
-    value
-        .as_u64()
-        .or_else(|| value.as_str().and_then(|text| text.trim().parse().ok()))
-        .ok_or_else(|| format!("spec.{name}: expected a non-negative integer"))
+fn to_json(result: impl Serialize) -> Value {
+    serde_json::to_value(result).expect("results serialise")
 }
 
-/// Reads an optional size (`"64K"` or a number of bytes).
-fn bytes(spec: &serde_json::Value, name: &str) -> Result<Option<u64>, String> {
-    match &spec[name] {
-        serde_json::Value::Null => Ok(None),
-        serde_json::Value::String(text) => parse_bytes(text)
-            .map(Some)
-            .map_err(|error| format!("spec.{name}: {error}")),
-        _ => integer(spec, name, 0).map(Some),
-    }
+fn spec_error(error: vantage_model::config::ConfigError) -> String {
+    format!("spec.{error}")
 }
 
-/// Reads an optional bit rate (`"100M"` or a number of bits/s).
-fn rate_bps(spec: &serde_json::Value, name: &str) -> Result<Option<u64>, String> {
-    match &spec[name] {
-        serde_json::Value::Null => Ok(None),
-        serde_json::Value::String(text) => parse_rate_bps(text)
-            .map(Some)
-            .map_err(|error| format!("spec.{name}: {error}")),
-        _ => integer(spec, name, 0).map(Some),
-    }
+fn latency(spec: &Spec<'_>, target: &Target, _: &AssignedRun) -> Result<Value, String> {
+    let spec = kinds::latency::engine_spec(spec, target).map_err(spec_error)?;
+    vantage_probe::latency::run_latency(&spec, &mut |_| {})
+        .map(to_json)
+        .map_err(|error| error.to_string())
 }
 
-/// Builds the throughput engine's spec: the native tool against the server agent's
-/// endpoint; `reverse` when the scheduler oriented the run for NAT (the server sends).
-pub fn throughput_spec(run: &AssignedRun) -> Result<ThroughputSpec, String> {
-    let spec = &run.spec;
-    if let Some(tool) = spec["tool"].as_str().filter(|tool| *tool != "native") {
-        return Err(format!(
-            "spec.tool: '{tool}' is for third-party targets; agents measure each other with the native tool"
-        ));
+fn throughput(spec: &Spec<'_>, target: &Target, run: &AssignedRun) -> Result<Value, String> {
+    let spec = kinds::throughput::engine_spec(spec, target, run.reverse).map_err(spec_error)?;
+    match spec.tool {
+        ThroughputTool::Native => vantage_probe::throughput::client::run_native(&spec),
+        ThroughputTool::Iperf3 => vantage_probe::iperf3::client::run_iperf3(&spec),
     }
-    let mut throughput = ThroughputSpec::new(&run.server_address, run.server_port);
-    throughput.protocol = match spec["protocol"].as_str().unwrap_or("tcp") {
-        "tcp" => ThroughputProtocol::Tcp,
-        "udp" => ThroughputProtocol::Udp,
-        other => return Err(format!("spec.protocol: '{other}' is not one of tcp, udp")),
-    };
-    throughput.direction = if run.reverse {
-        Direction::Reverse
-    } else {
-        Direction::Forward
-    };
-    let narrow = |name: &str, value: u64| {
-        u32::try_from(value).map_err(|_| format!("spec.{name}: too large"))
-    };
-    throughput.streams = narrow("streams", integer(spec, "streams", 1)?)?;
-    throughput.bytes = bytes(spec, "bytes")?;
-    throughput.duration_us = match (&spec["duration"], throughput.bytes) {
-        (serde_json::Value::Null, Some(_)) => None,
-        _ => Some(duration_us(spec, "duration", 10_000_000)?),
-    };
-    throughput.interval_us = duration_us(spec, "interval", 1_000_000)?;
-    throughput.omit_us = duration_us(spec, "omit", 0)?;
-    throughput.window_bytes = bytes(spec, "window")?;
-    throughput.congestion = spec["congestion"].as_str().map(str::to_string);
-    throughput.mss_bytes = bytes(spec, "mss")?
-        .map(|mss| narrow("mss", mss))
-        .transpose()?;
-    throughput.pacing_rate_bps = rate_bps(spec, "pacing_rate")?;
-    throughput.dscp = u8::try_from(integer(spec, "dscp", 0)?)
-        .map_err(|_| "spec.dscp: out of range 0..=63".to_string())?;
-    throughput.rate_bps = rate_bps(spec, "rate")?;
-    throughput.packet_size_bytes = bytes(spec, "packet_size")?
-        .map(|size| narrow("packet_size", size))
-        .transpose()?;
-    Ok(throughput)
+    .map(to_json)
+    .map_err(|error| error.to_string())
 }
 
-/// Builds the latency engine's spec from a run: defaults are `vantage latency`'s
-/// (UDP, 10 probes, 100 ms apart, 1 s timeout, 64 bytes).
-pub fn latency_spec(run: &AssignedRun) -> Result<LatencySpec, String> {
-    let spec = &run.spec;
-    let protocol = match spec["protocol"].as_str().unwrap_or("udp") {
-        "udp" => LatencyProtocol::Udp,
-        "tcp" => LatencyProtocol::Tcp,
-        "icmp" => LatencyProtocol::Icmp,
-        other => {
-            return Err(format!(
-                "spec.protocol: '{other}' is not one of udp, tcp, icmp"
-            ))
-        }
-    };
-    let size_bytes = match &spec["size"] {
-        serde_json::Value::String(text) => {
-            parse_bytes(text).map_err(|error| format!("spec.size: {error}"))?
-        }
-        _ => integer(spec, "size", 64)?,
-    };
-    let narrow = |name: &str, value: u64| {
-        u32::try_from(value).map_err(|_| format!("spec.{name}: too large"))
-    };
-    Ok(LatencySpec {
-        target: run.server_address.clone(),
-        port: run.server_port,
-        protocol,
-        count: narrow("count", integer(spec, "count", 10)?)?,
-        interval_us: duration_us(spec, "interval", 100_000)?,
-        timeout_us: duration_us(spec, "timeout", 1_000_000)?,
-        size_bytes: narrow("size", size_bytes)?,
-        dscp: u8::try_from(integer(spec, "dscp", 0)?)
-            .map_err(|_| "spec.dscp: out of range 0..=63".to_string())?,
-        allow_fragmentation: spec["allow_fragmentation"].as_bool().unwrap_or(false),
-        tx_timestamp: match spec["tx_timestamp"].as_str() {
-            None | Some("kernel") => TransmitStamp::Kernel,
-            Some("user") => TransmitStamp::User,
-            Some(other) => {
-                return Err(format!(
-                    "spec.tx_timestamp: '{other}' is not one of kernel, user"
-                ))
-            }
-        },
-    })
+fn capacity(spec: &Spec<'_>, target: &Target, run: &AssignedRun) -> Result<Value, String> {
+    let spec = kinds::capacity::engine_spec(spec, target, run.reverse).map_err(spec_error)?;
+    vantage_probe::capacity::run_capacity(&spec, &mut |_| {})
+        .map(to_json)
+        .map_err(|error| error.to_string())
+}
+
+fn sandwich(spec: &Spec<'_>, target: &Target, _: &AssignedRun) -> Result<Value, String> {
+    let spec = kinds::sandwich::engine_spec(spec, target).map_err(spec_error)?;
+    vantage_probe::sandwich::run_sandwich(&spec, &mut |_| {})
+        .map(to_json)
+        .map_err(|error| error.to_string())
+}
+
+fn trace(spec: &Spec<'_>, target: &Target, _: &AssignedRun) -> Result<Value, String> {
+    let spec = kinds::trace::engine_spec(spec, target).map_err(spec_error)?;
+    vantage_probe::trace::run_trace(&spec)
+        .map(to_json)
+        .map_err(|error| error.to_string())
 }
 
 /// Runs the measurement (blocking: call from `spawn_blocking`) and describes the outcome.
 pub fn execute(run: &AssignedRun, agent: &str) -> ResultUpload {
     let actual_start = Utc::now();
-    let measured: Result<serde_json::Value, String> = match run.test.as_str() {
-        "latency" => latency_spec(run).and_then(|spec| {
-            vantage_probe::latency::run_latency(&spec, &mut |_| {})
-                .map_err(|error| error.to_string())
-                .map(|result| serde_json::to_value(result).expect("results serialise"))
-        }),
-        "throughput" => throughput_spec(run).and_then(|spec| {
-            vantage_probe::throughput::client::run_native(&spec)
-                .map_err(|error| error.to_string())
-                .map(|result| serde_json::to_value(result).expect("results serialise"))
-        }),
-        other => Err(format!("agent '{agent}' has no engine for test '{other}'")),
-    };
+    let measured = measure(run, agent);
     let actual_end = Utc::now();
     match measured {
         Ok(result) => ResultUpload {
@@ -181,6 +95,26 @@ pub fn execute(run: &AssignedRun, agent: &str) -> ResultUpload {
         },
         Err(error) => failed(run, agent, error),
     }
+}
+
+fn measure(run: &AssignedRun, agent: &str) -> Result<Value, String> {
+    let Some((kind, engine)) = ENGINES.iter().find(|(kind, _)| kind.name == run.test) else {
+        return Err(format!(
+            "agent '{agent}' has no engine for test '{}'",
+            run.test
+        ));
+    };
+    let empty = serde_json::Map::new();
+    let values = match &run.spec {
+        Value::Object(values) => values,
+        Value::Null => &empty,
+        _ => return Err("spec: expected an object".to_string()),
+    };
+    let target = Target {
+        host: run.server_address.clone(),
+        port: run.server_port,
+    };
+    engine(&Spec::new(kind, values), &target, run)
 }
 
 /// An upload saying the run could not be made, and why.
@@ -200,12 +134,14 @@ pub fn failed(run: &AssignedRun, agent: &str, error: String) -> ResultUpload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vantage_model::latency::LatencyProtocol;
+    use vantage_model::throughput::{Direction, ThroughputProtocol};
 
-    fn run(spec: serde_json::Value) -> AssignedRun {
+    fn run(test: &str, spec: serde_json::Value) -> AssignedRun {
         AssignedRun {
             run_id: "r".into(),
             task: "t".into(),
-            test: "latency".into(),
+            test: test.into(),
             client: "a".into(),
             server: "b".into(),
             server_address: "127.0.0.1".into(),
@@ -217,41 +153,68 @@ mod tests {
         }
     }
 
+    fn read<T>(
+        run: &AssignedRun,
+        build: impl Fn(&Spec<'_>, &Target) -> Result<T, vantage_model::config::ConfigError>,
+    ) -> Result<T, String> {
+        let kind = kinds::find(&run.test).unwrap();
+        let values = run.spec.as_object().unwrap();
+        let target = Target {
+            host: run.server_address.clone(),
+            port: run.server_port,
+        };
+        build(&Spec::new(kind, values), &target).map_err(spec_error)
+    }
+
     #[test]
-    fn latency_spec_reads_durations_and_defaults() {
-        let spec = latency_spec(&run(
-            serde_json::json!({"count": 5, "interval": "20ms", "protocol": "tcp"}),
-        ))
-        .unwrap();
+    fn latency_spec_reads_durations_and_takes_the_cli_defaults() {
+        let assigned = run(
+            "latency",
+            serde_json::json!({"count": 5, "interval": "20ms", "protocol": "tcp", "allow_fragmentation": true}),
+        );
+        let spec = read(&assigned, kinds::latency::engine_spec).unwrap();
         assert_eq!(
             (spec.count, spec.interval_us, spec.timeout_us),
-            (5, 20_000, 1_000_000)
+            (5, 20_000, 5_000_000)
         );
         assert_eq!(spec.protocol, LatencyProtocol::Tcp);
+        assert!(spec.allow_fragmentation);
         assert_eq!((spec.target.as_str(), spec.port), ("127.0.0.1", 9));
     }
 
     #[test]
-    fn latency_spec_names_bad_fields() {
-        let error = latency_spec(&run(serde_json::json!({"interval": "20"}))).unwrap_err();
+    fn bad_fields_are_named() {
+        let error = read(
+            &run("latency", serde_json::json!({"interval": "20"})),
+            kinds::latency::engine_spec,
+        )
+        .unwrap_err();
         assert!(error.starts_with("spec.interval:"), "{error}");
-        let error = latency_spec(&run(serde_json::json!({"protocol": "sctp"}))).unwrap_err();
+        let error = read(
+            &run("latency", serde_json::json!({"protocol": "sctp"})),
+            kinds::latency::engine_spec,
+        )
+        .unwrap_err();
         assert!(
             error.contains("spec.protocol") && error.contains("sctp"),
             "{error}"
         );
-        let error = latency_spec(&run(serde_json::json!({"count": -1}))).unwrap_err();
-        assert!(error.starts_with("spec.count:"), "{error}");
     }
 
     #[test]
-    fn throughput_spec_follows_orientation_and_units() {
+    fn throughput_spec_follows_orientation_tool_and_units() {
         let mut assigned = run(
+            "throughput",
             serde_json::json!({"duration": "3s", "streams": 2, "window": "256K", "rate": "100M", "protocol": "udp"}),
         );
-        assigned.test = "throughput".into();
+        let reversed = |assigned: &AssignedRun| {
+            read(assigned, |spec, target| {
+                kinds::throughput::engine_spec(spec, target, assigned.reverse)
+            })
+            .unwrap()
+        };
         assigned.reverse = true;
-        let spec = throughput_spec(&assigned).unwrap();
+        let spec = reversed(&assigned);
         assert_eq!(spec.direction, Direction::Reverse);
         assert_eq!(
             (spec.duration_us, spec.streams, spec.window_bytes),
@@ -261,17 +224,25 @@ mod tests {
             (spec.protocol, spec.rate_bps),
             (ThroughputProtocol::Udp, Some(100_000_000))
         );
-        assigned.spec = serde_json::json!({"tool": "iperf3"});
-        assert!(throughput_spec(&assigned)
-            .unwrap_err()
-            .starts_with("spec.tool:"));
+        // The spec's own reverse and the NAT orientation compose: both = forward.
+        assigned.spec = serde_json::json!({"tool": "iperf3", "reverse": true, "bytes": "1M"});
+        let spec = reversed(&assigned);
+        assert_eq!(spec.direction, Direction::Forward);
+        assert_eq!(spec.tool, ThroughputTool::Iperf3);
+        assert_eq!((spec.bytes, spec.duration_us), (Some(1 << 20), None));
+    }
+
+    #[test]
+    fn every_kind_with_an_engine_is_a_capability() {
+        assert_eq!(
+            capabilities(),
+            vec!["latency", "throughput", "capacity", "sandwich", "trace"]
+        );
     }
 
     #[test]
     fn unknown_test_is_a_failed_run_with_reason() {
-        let mut unknown = run(serde_json::json!({}));
-        unknown.test = "teleport".into();
-        let upload = execute(&unknown, "a");
+        let upload = execute(&run("teleport", serde_json::json!({})), "a");
         assert_eq!(upload.outcome, RunOutcome::Failed);
         assert!(upload
             .error

@@ -37,6 +37,9 @@ pub struct AgentOptions {
     pub endpoint_listen: Option<IpAddr>,
     /// Endpoint port; 0 picks a free one.
     pub endpoint_port: u16,
+    /// Port of the iperf3-compatible listener, for runs with `tool = "iperf3"`
+    /// towards this agent; 0 picks a free one, `None` serves none.
+    pub iperf3_port: Option<u16>,
     /// Addresses to advertise; empty: the local address that routes to the server.
     pub advertise: Vec<String>,
     pub spool_dir: PathBuf,
@@ -60,6 +63,7 @@ impl AgentOptions {
             accepts_inbound: true,
             endpoint_listen: None,
             endpoint_port: 0,
+            iperf3_port: Some(0),
             advertise: Vec::new(),
             spool_dir,
             heartbeat_interval: Duration::from_secs(5),
@@ -120,9 +124,11 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
     let endpoint = Endpoint::bind(EndpointConfig {
         listen: options.endpoint_listen,
         port: options.endpoint_port,
+        iperf3_port: options.iperf3_port,
         ..EndpointConfig::default()
     })?;
     let endpoint_port = endpoint.local_addr().port();
+    let iperf3_port = endpoint.iperf3_addr().map(|addr| addr.port());
     let advertise = if !options.advertise.is_empty() {
         options.advertise.clone()
     } else if let Some(ip) = options.endpoint_listen.filter(|ip| !ip.is_unspecified()) {
@@ -140,11 +146,9 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
         name: options.name.clone(),
         addresses: advertise,
         endpoint_port,
+        iperf3_port,
         tags: options.tags.clone(),
-        capabilities: execute::CAPABILITIES
-            .iter()
-            .map(|c| c.to_string())
-            .collect(),
+        capabilities: execute::capabilities(),
         accepts_inbound: options.accepts_inbound,
     };
 

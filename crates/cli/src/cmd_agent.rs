@@ -28,6 +28,18 @@ pub struct AgentArgs {
     /// Port of the in-process test endpoint (0 picks a free one).
     #[arg(long, default_value_t = vantage_probe::endpoint::DEFAULT_PORT)]
     pub endpoint_port: u16,
+    /// Port of the iperf3-compatible listener other agents' `tool = "iperf3"` runs
+    /// use (0 picks a free one; it is advertised to the server).
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 0,
+        conflicts_with = "no_iperf3"
+    )]
+    pub iperf3_port: u16,
+    /// Serve no iperf3-compatible listener.
+    #[arg(long)]
+    pub no_iperf3: bool,
     /// Address the endpoint listens on (default: all).
     #[arg(long)]
     pub listen: Option<IpAddr>,
@@ -54,6 +66,7 @@ pub fn run(args: AgentArgs) -> ExitCode {
     options.tags = args.tags.into_iter().collect::<BTreeMap<_, _>>();
     options.accepts_inbound = !args.no_inbound;
     options.endpoint_port = args.endpoint_port;
+    options.iperf3_port = (!args.no_iperf3).then_some(args.iperf3_port);
     options.endpoint_listen = args.listen;
     options.advertise = args.advertise;
     let runtime = match tokio::runtime::Runtime::new() {

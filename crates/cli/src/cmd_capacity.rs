@@ -1,4 +1,4 @@
-//! `vantage capacity TARGET`: seed 002's SLA method (TCP B_t, UDP over-rate B_c,
+//! `vantage capacity TARGET`: the SLA method of Rufini et al., Fotonica 2014 (TCP B_t, UDP over-rate B_c,
 //! verification at B_c − ε, the window bound) against a vantage endpoint.
 
 use std::process::ExitCode;
@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use clap::Args;
 use vantage_model::capacity::CapacityResult;
+use vantage_model::kinds::{capacity, Target};
 use vantage_model::units::format_rate_bps;
-use vantage_probe::capacity::{default_spec, run_capacity};
+use vantage_probe::capacity::run_capacity;
 use vantage_probe::endpoint::DEFAULT_PORT;
 
 use crate::cmd_latency::{duration_arg, micros_u64, print_json, print_stdout, size_arg};
@@ -19,23 +20,26 @@ pub struct CapacityArgs {
     #[arg(long, short, value_name = "P", default_value_t = DEFAULT_PORT)]
     port: u16,
     /// ε as a fraction of B_c: verification runs at B_c · (1 − ε).
-    #[arg(long, value_name = "RATIO", default_value_t = 0.001)]
+    #[arg(long, value_name = "RATIO", default_value = capacity::DEFAULT_EPSILON)]
     epsilon: f64,
     /// Largest loss ratio accepted at the verification rate (0.001 = 0.1 %).
-    #[arg(long, value_name = "RATIO", default_value_t = 0.001)]
+    #[arg(long, value_name = "RATIO", default_value = capacity::DEFAULT_LOSS_THRESHOLD)]
     loss_threshold: f64,
     /// Length of each TCP run (DUR).
-    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = duration_arg)]
+    #[arg(long, value_name = "DUR", default_value = capacity::DEFAULT_TCP_DURATION, value_parser = duration_arg)]
     tcp_duration: Duration,
     /// Length of each UDP probe (DUR).
-    #[arg(long, value_name = "DUR", default_value = "2s", value_parser = duration_arg)]
+    #[arg(long, value_name = "DUR", default_value = capacity::DEFAULT_PROBE_DURATION, value_parser = duration_arg)]
     probe_duration: Duration,
     /// Streams of the parallel TCP run.
-    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=128))]
+    #[arg(long, value_name = "N", default_value = capacity::DEFAULT_TCP_STREAMS, value_parser = clap::value_parser!(u32).range(1..=128))]
     streams: u32,
-    /// UDP payload bytes (default 1472: a 1500-byte IPv4 packet).
-    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
-    packet_size: Option<u32>,
+    /// UDP payload bytes (default: a 1500-byte IPv4 packet).
+    #[arg(long, value_name = "BYTES", default_value = capacity::DEFAULT_PACKET_SIZE, value_parser = size_arg)]
+    packet_size: u32,
+    /// Measure the downlink: the target sends every TCP run and UDP probe.
+    #[arg(long, short = 'R')]
+    reverse: bool,
     /// Print one JSON document (docs/json-schema.md) instead of text.
     #[arg(long)]
     json: bool,
@@ -47,15 +51,17 @@ pub fn run(args: CapacityArgs) -> ExitCode {
         eprintln!("vantage capacity: --epsilon and --loss-threshold must be in [0, 1)");
         return ExitCode::FAILURE;
     }
-    let mut spec = default_spec(&args.target, args.port);
+    let mut spec = capacity::default_spec(&Target {
+        host: args.target.clone(),
+        port: args.port,
+    });
     spec.epsilon_ratio = args.epsilon;
     spec.loss_threshold_ratio = args.loss_threshold;
     spec.tcp_duration_us = micros_u64(args.tcp_duration);
     spec.udp_probe_duration_us = micros_u64(args.probe_duration);
     spec.tcp_streams = args.streams;
-    if let Some(size) = args.packet_size {
-        spec.packet_size_bytes = size;
-    }
+    spec.packet_size_bytes = args.packet_size;
+    spec.reverse = args.reverse;
     let quiet = args.json;
     let result = run_capacity(&spec, &mut |step: &str| {
         if !quiet {
@@ -78,7 +84,7 @@ fn human_report(result: &CapacityResult) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "--- {}:{} capacity (seed 002 SLA method) ---",
+        "--- {}:{} capacity (SLA method, Rufini et al., Fotonica 2014) ---",
         result.spec.target, result.spec.port
     );
     let rtt = s.rtt_us.map_or("n/a".to_string(), |r| format!("{r:.0} µs"));

@@ -11,7 +11,7 @@ pub struct EndpointArgs {
     /// Address to listen on (default: dual-stack `::`, or `0.0.0.0` without IPv6).
     #[arg(long, value_name = "ADDR")]
     listen: Option<IpAddr>,
-    /// UDP (TWAMP-Light reflector) and TCP (vantage service) port; 0 picks a free one.
+    /// UDP (TWAMP-Light and STAMP reflector) and TCP (vantage service) port; 0 picks a free one.
     #[arg(long, short, value_name = "P", default_value_t = DEFAULT_PORT)]
     port: u16,
     /// Most distinct UDP senders whose sequence counters are kept at once.
@@ -89,7 +89,7 @@ fn serve(args: EndpointArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
         // Scripts and tests read the port from this line (it matters with --port 0).
         println!(
-            "vantage endpoint listening on {} (UDP: TWAMP-Light reflector, TCP: vantage service)",
+            "vantage endpoint listening on {} (UDP: TWAMP-Light and STAMP reflector, TCP: vantage service)",
             endpoint.local_addr()
         );
         if let Some(addr) = endpoint.iperf3_addr() {

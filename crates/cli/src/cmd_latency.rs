@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use vantage_model::kinds::latency;
 use vantage_model::latency::{
-    Distribution, LatencyProtocol, LatencyResult, LatencySpec, TransmitStamp,
+    Distribution, LatencyProtocol, LatencyResult, LatencySpec, ReflectorReport, TransmitStamp,
+    UdpMode,
 };
 use vantage_model::units::{format_us, parse_bytes, parse_duration};
 use vantage_probe::endpoint::DEFAULT_PORT;
@@ -21,6 +23,16 @@ enum ProtocolArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum UdpModeArg {
+    /// TWAMP-Light (RFC 5357 unauthenticated) sender packets.
+    #[value(alias = "twamp")]
+    TwampLight,
+    /// STAMP (RFC 8762 unauthenticated) Session-Sender packets with an SSID and an
+    /// Extra Padding TLV (RFC 8972).
+    Stamp,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum TxStampArg {
     Kernel,
     User,
@@ -29,26 +41,32 @@ enum TxStampArg {
 #[derive(Args)]
 pub struct LatencyArgs {
     /// Host name, host:port, or IPv4 / IPv6 address of a vantage endpoint (or, for
-    /// UDP, any TWAMP-Light reflector).
+    /// UDP, any TWAMP-Light or STAMP reflector).
     target: String,
     /// Endpoint port (UDP and TCP); ignored by ICMP.
     #[arg(long, short, value_name = "P", default_value_t = DEFAULT_PORT)]
     port: u16,
     /// Probes to send.
-    #[arg(long, short, value_name = "N", default_value_t = 10)]
+    #[arg(long, short, value_name = "N", default_value = latency::DEFAULT_COUNT)]
     count: u32,
     /// Time between probe sends (DUR, e.g. 10ms, 1s).
-    #[arg(long, short, value_name = "DUR", default_value = "1s", value_parser = duration_arg)]
+    #[arg(long, short, value_name = "DUR", default_value = latency::DEFAULT_INTERVAL, value_parser = duration_arg)]
     interval: Duration,
-    /// A probe without an answer after this long is lost (seed 003: 5 s).
-    #[arg(long, short = 'W', value_name = "DUR", default_value = "5s", value_parser = duration_arg)]
+    /// A probe without an answer after this long is lost (5 s, as Chard et al., FGCS 2015).
+    #[arg(long, short = 'W', value_name = "DUR", default_value = latency::DEFAULT_TIMEOUT, value_parser = duration_arg)]
     timeout: Duration,
     /// Probe size in bytes: UDP payload (TWAMP test packet incl. padding, at least
-    /// 14), ICMP payload, or TCP echo request body.
-    #[arg(long, short, value_name = "BYTES", default_value = "64", value_parser = size_arg)]
+    /// 14; STAMP: 44, or 48 and more), ICMP payload, or TCP echo request body.
+    #[arg(long, short, value_name = "BYTES", default_value = latency::DEFAULT_SIZE, value_parser = size_arg)]
     size: u32,
     #[arg(long, value_enum, default_value = "udp")]
     protocol: ProtocolArg,
+    /// UDP test packets: `twamp-light` (RFC 5357) or `stamp` (RFC 8762; --size 44 or
+    /// at least 48). Either works against a vantage endpoint; a STAMP sender also gets
+    /// answers from TWAMP-Light reflectors (RFC 8762 §4.6), and the report says which
+    /// kind answered.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "twamp-light")]
+    udp_mode: UdpModeArg,
     /// DSCP code point to mark probes with (0..=63).
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
     dscp: u8,
@@ -96,6 +114,10 @@ pub fn run(args: LatencyArgs) -> ExitCode {
             TxStampArg::Kernel => TransmitStamp::Kernel,
             TxStampArg::User => TransmitStamp::User,
         },
+        udp_mode: match args.udp_mode {
+            UdpModeArg::TwampLight => UdpMode::TwampLight,
+            UdpModeArg::Stamp => UdpMode::Stamp,
+        },
     };
     let output = ProbeOutput {
         command: "latency",
@@ -103,7 +125,22 @@ pub fn run(args: LatencyArgs) -> ExitCode {
         count: args.count,
         answered_word: "answered",
     };
-    output.run(|progress| run_latency(&spec, progress), human_report)
+    // Like ping: a run in which no reply came back at all exits 1 (the report still prints).
+    let mut nothing_answered = false;
+    let code = output.run(
+        |progress| {
+            let result = run_latency(&spec, progress);
+            if let Ok(result) = &result {
+                nothing_answered = result.summary.received == 0;
+            }
+            result
+        },
+        human_report,
+    );
+    if nothing_answered {
+        return ExitCode::FAILURE;
+    }
+    code
 }
 
 /// How a probing command (latency, sandwich) shows progress and prints its result.
@@ -195,10 +232,11 @@ fn human_report(result: &LatencyResult) -> String {
     use std::fmt::Write;
     let s = &result.summary;
     let mut out = String::new();
-    let protocol = match result.spec.protocol {
-        LatencyProtocol::Udp => "UDP TWAMP-Light",
-        LatencyProtocol::Tcp => "TCP",
-        LatencyProtocol::Icmp => "ICMP echo",
+    let protocol = match (result.spec.protocol, result.spec.udp_mode) {
+        (LatencyProtocol::Udp, UdpMode::TwampLight) => "UDP TWAMP-Light",
+        (LatencyProtocol::Udp, UdpMode::Stamp) => "UDP STAMP",
+        (LatencyProtocol::Tcp, _) => "TCP",
+        (LatencyProtocol::Icmp, _) => "ICMP echo",
     };
     let _ = writeln!(
         out,
@@ -263,6 +301,9 @@ fn human_report(result: &LatencyResult) -> String {
             }
         }
     }
+    if let Some(reflector) = &s.reflector {
+        out.push_str(&reflector_line(reflector, s.received));
+    }
     let source = |s| match s {
         vantage_model::latency::TimestampSource::Kernel => "kernel",
         vantage_model::latency::TimestampSource::User => "user space",
@@ -275,4 +316,74 @@ fn human_report(result: &LatencyResult) -> String {
         source(result.timestamping.receive)
     );
     out
+}
+
+/// What the reflector returned besides the timestamps: Sender TTL and, for STAMP,
+/// whether it echoed our SSID. Empty when nothing came back.
+fn reflector_line(r: &ReflectorReport, received: u64) -> String {
+    if received == 0 {
+        return String::new();
+    }
+    let ttl = match (r.sender_ttl_min, r.sender_ttl_max) {
+        (Some(min), Some(max)) if min == max => format!("Sender TTL {min}"),
+        (Some(min), Some(max)) => format!("Sender TTL {min}..{max}"),
+        _ => "did not return the Sender TTL".to_string(),
+    };
+    let missing = if r.replies_without_ttl == 0 {
+        String::new()
+    } else {
+        format!(
+            " ({} of {received} replies without TTL: {} shorter than the 41-byte RFC 5357 layout, {} with TTL 0)",
+            r.replies_without_ttl,
+            r.short_replies,
+            r.replies_without_ttl - r.short_replies
+        )
+    };
+    let ssid = match r.ssid_echoed {
+        Some(true) => "; SSID echoed (STAMP reflector, RFC 8972)",
+        Some(false) => "; SSID not echoed (a TWAMP-Light or RFC 8762-only reflector answered)",
+        None => "",
+    };
+    format!("reflector: {ttl}{missing}{ssid}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> ReflectorReport {
+        ReflectorReport {
+            replies_without_ttl: 0,
+            short_replies: 0,
+            sender_ttl_min: None,
+            sender_ttl_max: None,
+            ssid_echoed: None,
+        }
+    }
+
+    #[test]
+    fn reflector_line_says_when_the_ttl_is_missing() {
+        let short = ReflectorReport {
+            replies_without_ttl: 10,
+            short_replies: 7,
+            ..report()
+        };
+        assert_eq!(
+            reflector_line(&short, 10),
+            "reflector: did not return the Sender TTL (10 of 10 replies without TTL: \
+             7 shorter than the 41-byte RFC 5357 layout, 3 with TTL 0)\n"
+        );
+        let stamp = ReflectorReport {
+            sender_ttl_min: Some(61),
+            sender_ttl_max: Some(64),
+            ssid_echoed: Some(false),
+            ..report()
+        };
+        assert_eq!(
+            reflector_line(&stamp, 3),
+            "reflector: Sender TTL 61..64; SSID not echoed \
+             (a TWAMP-Light or RFC 8762-only reflector answered)\n"
+        );
+        assert_eq!(reflector_line(&report(), 0), "");
+    }
 }

@@ -1,9 +1,10 @@
-//! `vantage sandwich TARGET`: sandwich probing (seed 003), d' - d per round.
+//! `vantage sandwich TARGET`: sandwich probing (Chard et al., FGCS 2015), d' - d per round.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use vantage_model::kinds::{latency, sandwich};
 use vantage_model::latency::{SandwichResult, SandwichSpec};
 use vantage_probe::endpoint::DEFAULT_PORT;
 use vantage_probe::sandwich::run_sandwich;
@@ -17,19 +18,19 @@ pub struct SandwichArgs {
     #[arg(long, short, value_name = "P", default_value_t = DEFAULT_PORT)]
     port: u16,
     /// Rounds (sandwiches) to send.
-    #[arg(long, short, value_name = "N", default_value_t = 10)]
+    #[arg(long, short, value_name = "N", default_value = sandwich::DEFAULT_COUNT)]
     count: u32,
     /// Gap d between the sends of the two small packets (DUR).
-    #[arg(long, value_name = "DUR", default_value = "1ms", value_parser = duration_arg)]
+    #[arg(long, value_name = "DUR", default_value = sandwich::DEFAULT_GAP, value_parser = duration_arg)]
     gap: Duration,
     /// Time between the starts of rounds (DUR).
-    #[arg(long, short, value_name = "DUR", default_value = "100ms", value_parser = duration_arg)]
+    #[arg(long, short, value_name = "DUR", default_value = sandwich::DEFAULT_INTERVAL, value_parser = duration_arg)]
     interval: Duration,
     /// A packet without an answer after this long is lost (DUR).
-    #[arg(long, short = 'W', value_name = "DUR", default_value = "5s", value_parser = duration_arg)]
+    #[arg(long, short = 'W', value_name = "DUR", default_value = latency::DEFAULT_TIMEOUT, value_parser = duration_arg)]
     timeout: Duration,
-    /// Size of the two small packets (UDP payload, seed 003: 64).
-    #[arg(long, value_name = "BYTES", default_value = "64", value_parser = size_arg)]
+    /// Size of the two small packets (UDP payload; Chard et al., FGCS 2015: 64).
+    #[arg(long, value_name = "BYTES", default_value = sandwich::DEFAULT_SMALL_SIZE, value_parser = size_arg)]
     small_size: u32,
     /// Size of the large packet (UDP payload); default: path MTU minus headers.
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]

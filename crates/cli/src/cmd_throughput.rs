@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use vantage_model::kinds::throughput;
 use vantage_model::throughput::{
     Direction, ThroughputProtocol, ThroughputResult, ThroughputSpec, ThroughputSummary,
     ThroughputTool,
@@ -31,13 +32,13 @@ pub struct ThroughputArgs {
     #[arg(long, short, value_name = "P")]
     port: Option<u16>,
     /// Sending time (DUR, e.g. 10s; a bare number is seconds, as in iperf3).
-    #[arg(long, short = 't', value_name = "DUR", default_value = "10s", value_parser = seconds_or_duration_arg)]
+    #[arg(long, short = 't', value_name = "DUR", default_value = throughput::DEFAULT_DURATION, value_parser = seconds_or_duration_arg)]
     duration: Duration,
     /// Send this many bytes (over all streams) instead of for a duration (e.g. 100M).
     #[arg(long, short = 'n', value_name = "BYTES", value_parser = bytes_arg, conflicts_with = "duration")]
     bytes: Option<u64>,
     /// Parallel streams, each on its own thread.
-    #[arg(long, short = 'P', value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=128))]
+    #[arg(long, short = 'P', value_name = "N", default_value = throughput::DEFAULT_STREAMS, value_parser = clap::value_parser!(u32).range(1..=128))]
     streams: u32,
     /// The target sends (download).
     #[arg(long, short = 'R', conflicts_with = "bidir")]
@@ -46,7 +47,7 @@ pub struct ThroughputArgs {
     #[arg(long)]
     bidir: bool,
     /// Reporting interval (DUR; a bare number is seconds, as in iperf3).
-    #[arg(long, short = 'i', value_name = "DUR", default_value = "1s", value_parser = seconds_or_duration_arg)]
+    #[arg(long, short = 'i', value_name = "DUR", default_value = throughput::DEFAULT_INTERVAL, value_parser = seconds_or_duration_arg)]
     interval: Duration,
     /// Leading time left out of the summary (slow start), DUR; a bare number is seconds.
     #[arg(long, short = 'O', value_name = "DUR", default_value = "0s", value_parser = seconds_or_duration_arg)]

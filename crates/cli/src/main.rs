@@ -10,6 +10,7 @@ mod cmd_latency;
 mod cmd_sandwich;
 mod cmd_server;
 mod cmd_throughput;
+mod cmd_trace;
 mod daemon;
 
 use clap::{Parser, Subcommand};
@@ -29,16 +30,16 @@ struct Cli {
 enum Command {
     /// Emulated networks in namespaces: up, down, status, exec, set, incident, gc.
     Lab(cmd_lab::LabArgs),
-    /// Serve the test endpoint (UDP TWAMP-Light reflector, TCP service) until stopped.
+    /// Serve the test endpoint (UDP TWAMP-Light and STAMP reflector, TCP service) until stopped.
     Endpoint(cmd_endpoint::EndpointArgs),
     /// Latency, jitter, loss (forward/reverse) and one-way delay to an endpoint.
     Latency(cmd_latency::LatencyArgs),
-    /// Sandwich probing (seed 003): queuing delay a large packet adds to a small one.
+    /// Sandwich probing (Chard et al., FGCS 2015): queuing delay a large packet adds to a small one.
     Sandwich(cmd_sandwich::SandwichArgs),
     /// TCP or UDP throughput with per-interval TCP_INFO and a `limited_by` verdict
     /// (native endpoint or any iperf3 server).
     Throughput(cmd_throughput::ThroughputArgs),
-    /// Line capacity by seed 002's SLA method: TCP, UDP over-rate, verification at B_c − ε.
+    /// Line capacity by the SLA method of Rufini et al. (Fotonica 2014): TCP, UDP over-rate, verification at B_c − ε.
     Capacity(cmd_capacity::CapacityArgs),
     /// Control plane: archive (SQLite or PostgreSQL), REST API, scheduler.
     Server(cmd_server::ServerArgs),
@@ -46,6 +47,8 @@ enum Command {
     Agent(cmd_agent::AgentArgs),
     /// Measurement configuration: check or apply a TOML/JSON file.
     Config(cmd_config::ConfigArgs),
+    /// Path discovery with flow-stable probes (Paris traceroute, Augustin et al., IMC 2006).
+    Trace(cmd_trace::TraceArgs),
     /// Server, three agents and a small mesh on this machine, with a live summary.
     Demo(cmd_demo::DemoArgs),
 }
@@ -62,6 +65,71 @@ fn main() -> std::process::ExitCode {
         Command::Server(args) => cmd_server::run(args),
         Command::Agent(args) => cmd_agent::run(args),
         Command::Config(args) => cmd_config::run(args),
+        Command::Trace(args) => cmd_trace::run(args),
         Command::Demo(args) => cmd_demo::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use vantage_model::kinds;
+
+    use super::Cli;
+
+    /// Every option a test kind also takes as a configuration parameter has the kind's
+    /// one default, so `vantage latency` and a latency task measure the same way.
+    #[test]
+    fn cli_defaults_are_the_test_kinds_defaults() {
+        // Options whose name differs from the parameter's (the CLI keeps short names).
+        let renamed = [
+            ("capacity", "epsilon", "epsilon_ratio"),
+            ("capacity", "loss-threshold", "loss_threshold_ratio"),
+            ("capacity", "probe-duration", "udp_probe_duration"),
+            ("capacity", "streams", "tcp_streams"),
+        ];
+        let cli = Cli::command();
+        let mut compared = 0;
+        for kind in kinds::KINDS {
+            let command = cli
+                .find_subcommand(kind.name)
+                .unwrap_or_else(|| panic!("no `vantage {}`", kind.name));
+            for argument in command.get_arguments() {
+                let Some(long) = argument.get_long() else {
+                    continue;
+                };
+                let name = renamed
+                    .iter()
+                    .find(|(command, option, _)| *command == kind.name && *option == long)
+                    .map_or_else(|| long.replace('-', "_"), |(_, _, param)| param.to_string());
+                let Some(param) = kind.param(&name) else {
+                    continue;
+                };
+                let cli_default: Vec<String> = argument
+                    .get_default_values()
+                    .iter()
+                    .map(|value| value.to_string_lossy().into_owned())
+                    .collect();
+                if param.kind == kinds::ParamKind::Flag {
+                    // A flag parameter off by default is an option that takes no value.
+                    assert!(
+                        param.default == Some("false") && !argument.get_action().takes_values(),
+                        "vantage {} --{long}: the {} parameter '{name}' is a flag off by default",
+                        kind.name,
+                        kind.name
+                    );
+                    compared += 1;
+                    continue;
+                }
+                let expected: Vec<String> = param.default.map(str::to_string).into_iter().collect();
+                assert_eq!(
+                    cli_default, expected,
+                    "vantage {} --{long}: the CLI's default differs from the {} parameter '{name}'",
+                    kind.name, kind.name
+                );
+                compared += 1;
+            }
+        }
+        assert!(compared >= 25, "only {compared} options compared");
     }
 }

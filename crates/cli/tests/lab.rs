@@ -458,7 +458,7 @@ fn refusals_say_why() {
     );
 }
 
-/// Seed 000's incidents switch on and off live: the extra hop reroutes (RTT +4 ms), the tunnel
+/// Bazan-Antequera et al.'s incidents switch on and off live: the extra hop reroutes (RTT +4 ms), the tunnel
 /// lowers the MTU, the duplex mismatch loses packets in one direction only.
 #[test]
 fn gigabit_app_incidents_switch_on_and_off() {
@@ -698,7 +698,7 @@ impl Drop for LabEndpoint {
     }
 }
 
-/// Seed 000's window story on an emulated WAN path: a 64 KiB socket buffer over 20 ms of
+/// Bazan-Antequera et al.'s window story on an emulated WAN path: a 64 KiB socket buffer over 20 ms of
 /// RTT caps TCP near window / RTT (~26 Mbit/s) although the path carries far more, and
 /// the verdict says `receive_window` with the window / RTT evidence.
 #[test]
@@ -741,4 +741,170 @@ fn small_window_over_a_delayed_path_is_limited_by_the_receive_window() {
     // The emulated path carries over a gigabit (docs/lab.md floor); the window holds
     // this transfer to a few tens of megabits.
     assert!(received_bps < 100e6, "received {received_bps}: {evidence}");
+}
+
+/// The IPv4 address `node` has on `link`, from `lab status --json`.
+fn node_address(status: &serde_json::Value, node: &str, link: &str) -> String {
+    let topology = &status["state"]["topology"];
+    let index = topology["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|n| n["name"] == node)
+        .unwrap_or_else(|| panic!("node {node} in status"));
+    let link = topology["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == link)
+        .unwrap_or_else(|| panic!("link {link} in status"));
+    let side = if link["a"]["node"] == index {
+        "a_addresses"
+    } else {
+        assert_eq!(link["b"]["node"], index, "{node} is on {link}");
+        "b_addresses"
+    };
+    let cidr = link[side]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .find(|a| a.contains('.'))
+        .expect("an IPv4 address");
+    cidr.split('/').next().unwrap().to_string()
+}
+
+/// Path discovery through the gigabit-app routers: every router answers (the lab turns ICMP
+/// error rate limiting off), and the extra-hop incident shows up as a path change.
+#[test]
+fn trace_lists_every_router_and_sees_the_extra_hop_detour() {
+    use vantage_model::trace::{compare_paths, TraceMethod, TraceResult};
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("gigabit-app.toml", "r");
+    let status = lab.status_json();
+    let at = |node: &str, link: &str| node_address(&status, node, link);
+    let patient = at("patient", "last-mile");
+    let bin = vantage_bin();
+    let bin = bin.to_str().unwrap();
+    let trace = |protocol: &str| -> TraceResult {
+        let output = lab.exec(
+            "therapist",
+            &[
+                bin,
+                "trace",
+                "--json",
+                "--protocol",
+                protocol,
+                "--max-ttl",
+                "10",
+                &patient,
+            ],
+        );
+        assert!(output.status.success(), "trace {protocol}: {output:?}");
+        serde_json::from_slice(&output.stdout).expect("trace JSON")
+    };
+    let hops = |result: &TraceResult| -> Vec<Option<String>> {
+        result.hops.iter().map(|h| h.address.clone()).collect()
+    };
+    // Routers answer from the interface that leads back to the therapist.
+    let direct: Vec<Option<String>> = [
+        at("campus-switch", "campus-access"),
+        at("campus-border", "campus-core"),
+        at("regional", "border-region"),
+        at("lastmile", "regional-isp"),
+        patient.clone(),
+    ]
+    .into_iter()
+    .map(Some)
+    .collect();
+    // Three traces back to back: 9 time-exceeded per router within a second, more than the
+    // kernel's default rate limit would answer.
+    let mut before = None;
+    let methods = [
+        ("udp", TraceMethod::UdpDatagram),
+        ("icmp", TraceMethod::IcmpRaw), // ping_group_range excludes root by default
+        ("tcp", TraceMethod::TcpRaw),
+    ];
+    for (protocol, method) in methods {
+        let result = trace(protocol);
+        assert_eq!(result.method, method, "{protocol}");
+        assert!(result.destination_reached, "{protocol}: {result:#?}");
+        assert_eq!(hops(&result), direct, "{protocol}");
+        for hop in &result.hops {
+            assert_eq!(
+                hop.answered, 3,
+                "{protocol} TTL {}: every probe answered",
+                hop.ttl
+            );
+            assert_eq!(hop.addresses.len(), 1, "one flow, one path");
+        }
+        before.get_or_insert(result);
+    }
+    let before = before.unwrap();
+    // ICMP through an unprivileged ping socket once the namespace allows it: the routers'
+    // time-exceeded messages then come back on the socket's error queue.
+    let allow = lab.exec(
+        "therapist",
+        &["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"],
+    );
+    assert!(allow.status.success(), "{allow:?}");
+    let ping_socket = trace("icmp");
+    assert_eq!(ping_socket.method, TraceMethod::IcmpDatagram);
+    assert_eq!(hops(&ping_socket), direct);
+    assert!(ping_socket.destination_reached);
+
+    vantage_ok(&["lab", "incident", "--lab", &lab.name, "extra-hop", "on"]);
+    let after = trace("udp");
+    let detour = at("detour", "detour-in");
+    let rerouted: Vec<Option<String>> = [
+        at("campus-switch", "campus-access"),
+        at("campus-border", "campus-core"),
+        detour.clone(),
+        at("regional", "detour-out"),
+        at("lastmile", "regional-isp"),
+        patient.clone(),
+    ]
+    .into_iter()
+    .map(Some)
+    .collect();
+    assert_eq!(hops(&after), rerouted);
+    let comparison = compare_paths(&before, &after);
+    assert!(comparison.changed, "{comparison:?}");
+    assert_eq!(comparison.first_difference_ttl, Some(3));
+    assert!(comparison.added.contains(&detour), "{comparison:?}");
+    assert_eq!(comparison.previous_destination_ttl, Some(5));
+    assert_eq!(comparison.current_destination_ttl, Some(6));
+
+    vantage_ok(&["lab", "incident", "--lab", &lab.name, "extra-hop", "off"]);
+    let restored = trace("udp");
+
+    // A silent address behind lastmile: the trace completes (exit 0) and says so.
+    let silent = lab.exec(
+        "therapist",
+        &[
+            bin,
+            "trace",
+            "-q",
+            "1",
+            "-m",
+            "6",
+            "-w",
+            "300ms",
+            "10.77.4.99",
+        ],
+    );
+    assert!(silent.status.success(), "{silent:?}");
+    let text = String::from_utf8_lossy(&silent.stdout);
+    assert!(
+        text.contains("destination 10.77.4.99 not reached within 6 hops"),
+        "{text}"
+    );
+    assert!(
+        text.contains(" 4  10.77.3.2 ") && text.contains(" 6  *"),
+        "{text}"
+    );
+    let comparison = compare_paths(&before, &restored);
+    assert!(!comparison.changed, "{comparison:?}");
+    assert!(compare_paths(&after, &restored).changed);
 }

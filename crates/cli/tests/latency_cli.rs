@@ -135,6 +135,28 @@ fn human_output_summarises_like_ping() {
         "{text}"
     );
     assert!(text.contains("jitter: RFC 3550"), "{text}");
+    assert!(text.contains("reflector: Sender TTL 64\n"), "{text}");
+}
+
+#[test]
+fn stamp_mode_reports_the_echoed_ssid() {
+    let endpoint = EndpointProcess::start();
+    let port = endpoint.port.to_string();
+    let args = ["latency", "127.0.0.1", "--port", &port, "--count", "3"];
+    let stamp = [&args[..], &["--interval", "10ms", "--udp-mode", "stamp"]].concat();
+    let output = run(&stamp);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("UDP STAMP, 64 B probes"), "{text}");
+    assert!(text.contains("SSID echoed (STAMP reflector"), "{text}");
+    let doc = json(&run(&[&stamp[..], &["--json"]].concat()));
+    assert_eq!(doc["spec"]["udp_mode"], "stamp");
+    assert_eq!(doc["summary"]["received"], 3);
+    assert_eq!(doc["summary"]["reflector"]["ssid_echoed"], true);
+    assert_eq!(doc["summary"]["reflector"]["replies_without_ttl"], 0);
+    let output = run(&[&stamp[..], &["--size", "45"]].concat());
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("--size 45"), "{}", stderr(&output));
 }
 
 #[test]
@@ -234,4 +256,35 @@ fn refused_and_unresolvable_targets_exit_non_zero_with_one_line() {
         assert_eq!(message.trim_end().lines().count(), 1, "{args:?}: {message}");
         assert!(message.contains(reason), "{args:?}: {message}");
     }
+}
+
+#[test]
+fn a_silent_target_exits_1_after_printing_its_report() {
+    // A bound socket that never reads: no reply and no port unreachable, only silence.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port().to_string();
+    let common = [
+        "latency",
+        "127.0.0.1",
+        "--port",
+        port.as_str(),
+        "--count",
+        "2",
+        "--interval",
+        "10ms",
+        "--timeout",
+        "200ms",
+    ];
+    let output = run(&common);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("2 sent, 0 received, 100.0% loss"), "{text}");
+    assert!(text.contains("rtt: no probe came back"), "{text}");
+
+    let output = run(&[&common[..], &["--json"]].concat());
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    assert_eq!(doc["summary"]["received"], 0);
+    assert_eq!(doc["summary"]["loss_ratio"], 1.0);
+    drop(silent);
 }

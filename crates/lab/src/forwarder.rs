@@ -10,8 +10,8 @@
 //! (`lab set`) and reports counters (`lab status`).
 
 use crate::impairment::{Decision, DropReason, Impairment, ImpairmentEngine};
-use crate::lab::{control_socket_path, emulator_interface, LabState, Side};
 use crate::netns::{emulator_netns, enter_netns};
+use crate::state::{control_socket_path, emulator_interface, LabState, Side};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};

@@ -9,4 +9,5 @@ pub mod impairment;
 pub mod lab;
 pub mod netns;
 pub mod routing;
+pub mod state;
 pub mod topology;

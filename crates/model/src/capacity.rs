@@ -1,4 +1,5 @@
-//! Capacity test (`vantage capacity`): the SLA verification method of seed 002.
+//! Capacity test (`vantage capacity`): the SLA verification method of Rufini et al.
+//! (Fotonica 2014).
 //!
 //! TCP bulk throughput B_t with RTT and congestion window; a UDP over-rate probe
 //! giving B_c = (BT_U / BT_T) · B_c'; verification at B_c* = B_c − ε with a loss
@@ -15,15 +16,18 @@ use crate::throughput::LimitedBy;
 pub struct CapacitySpec {
     pub target: String,
     pub port: u16,
-    /// ε as a fraction of B_c (seed 002: 0.001).
+    /// ε as a fraction of B_c (Rufini et al.: 0.001).
     pub epsilon_ratio: f64,
-    /// Largest loss accepted at B_c* (seed 002: 0.001 = 0.1 %).
+    /// Largest loss accepted at B_c* (Rufini et al.: 0.001 = 0.1 %).
     pub loss_threshold_ratio: f64,
     pub tcp_duration_us: u64,
     pub udp_probe_duration_us: u64,
     /// Parallel TCP streams of the multi-stream run (the single-stream run always happens).
     pub tcp_streams: u32,
     pub packet_size_bytes: u32,
+    /// Measure the downlink: the target sends every TCP run and UDP probe.
+    #[serde(default)]
+    pub reverse: bool,
 }
 
 /// One TCP bulk run of the capacity test.
@@ -95,7 +99,7 @@ pub struct CapacitySummary {
     pub estimated_capacity_bps: f64,
     /// False when no UDP probe could be sent faster than the path delivered
     /// (the sender, not the path, was the limit): then `capacity_bps` is only a
-    /// lower bound and `verified` is false, because seed 002's formula needs an
+    /// lower bound and `verified` is false, because the method's formula needs an
     /// over-rate probe that the path actually dropped.
     pub over_capacity_reached: bool,
 }

@@ -15,13 +15,15 @@
 //!    found, each with its path such as `tasks[2].every`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::units::{parse_bytes, parse_duration, parse_rate_bps};
+pub use crate::config_error::ConfigError;
+use crate::kinds::{self, KindRef, Spec};
+pub use crate::scheduling::SchedulingClass;
+use crate::units::{parse_duration, parse_rate_bps};
 
 // ---------------------------------------------------------------------------
 // File shape
@@ -54,6 +56,10 @@ pub enum GroupKind {
     Disjoint,
     /// Exactly the pairs listed in `pairs`, as `[from, to]` agent names.
     List,
+    /// Every agent of `members` measures every host of `targets`: hosts that are
+    /// not agents (an `iperf3 -s`, a TWAMP-Light or STAMP reflector, a `vantage
+    /// endpoint`, any ICMP target). Only the agent side runs vantage.
+    External,
 }
 
 /// A named set of agent pairs.
@@ -74,6 +80,9 @@ pub struct GroupConfig {
     /// `list`: explicit `[from, to]` agent-name pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<Vec<String>>,
+    /// `external`: hosts as `HOST` or `HOST:PORT` (default port: the test's service).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
 }
 
 /// A test definition: its type and parameters.
@@ -201,31 +210,6 @@ pub struct SegmentConfig {
 // Validated form
 // ---------------------------------------------------------------------------
 
-/// One problem in a configuration: the path of the bad field and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConfigError {
-    /// Such as `tasks[2].every` or `tests[0].spec.count`; `.` for the whole document.
-    pub path: String,
-    pub message: String,
-}
-
-impl ConfigError {
-    fn new(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        ConfigError {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
 /// Picks agents by name or by tag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -297,6 +281,11 @@ pub enum GroupMembers {
     },
     /// Explicit `(from, to)` agent names.
     List(Vec<(String, String)>),
+    /// Agents (clients) × external hosts, each host as written in `targets`.
+    External {
+        agents: Vec<Selector>,
+        targets: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,58 +294,11 @@ pub struct Group {
     pub members: GroupMembers,
 }
 
-/// The measurements the configuration language knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TestType {
-    Latency,
-    Throughput,
-    Capacity,
-}
-
-impl TestType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TestType::Latency => "latency",
-            TestType::Throughput => "throughput",
-            TestType::Capacity => "capacity",
-        }
-    }
-
-    fn parse(text: &str) -> Option<TestType> {
-        [TestType::Latency, TestType::Throughput, TestType::Capacity]
-            .into_iter()
-            .find(|test_type| test_type.as_str() == text)
-    }
-
-    /// pScheduler's convention: bulk transfers must not overlap each other or
-    /// anything else on the same interface; light probes can share.
-    pub fn default_scheduling(self) -> SchedulingClass {
-        match self {
-            TestType::Latency => SchedulingClass::Shared,
-            TestType::Throughput | TestType::Capacity => SchedulingClass::Exclusive,
-        }
-    }
-}
-
-/// How a run claims the interfaces of its two agents and the segments it crosses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SchedulingClass {
-    /// Holds its resources alone: overlaps no other exclusive or shared run.
-    Exclusive,
-    /// Overlaps other shared runs, never an exclusive one.
-    Shared,
-    /// Claims nothing: runs alongside anything (light, long-running probes
-    /// whose results are meant to include the effect of other tests).
-    Background,
-}
-
 /// A validated test definition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TestDef {
     pub name: String,
-    pub test_type: TestType,
+    pub kind: KindRef,
     /// Parameters with every default the reservation depends on filled in, in
     /// the CLI's vocabulary (DUR/BPS/size strings as written). Agents run
     /// exactly this, so the run fits the time the scheduler reserved for it.
@@ -563,6 +505,12 @@ pub fn validate(config: &MeasurementConfig) -> Result<ValidatedConfig, Vec<Confi
 
     let context = TaskContext {
         group_names: config.groups.iter().map(|g| g.name.as_str()).collect(),
+        external_groups: config
+            .groups
+            .iter()
+            .filter(|g| g.kind == GroupKind::External)
+            .map(|g| g.name.as_str())
+            .collect(),
         archiver_names: config.archivers.iter().map(|a| a.name.as_str()).collect(),
         tests: &tests,
         test_names: config.tests.iter().map(|t| t.name.as_str()).collect(),
@@ -662,6 +610,7 @@ fn validate_group(path: &str, group: &GroupConfig, errors: &mut Vec<ConfigError>
     };
     let members = match group.kind {
         GroupKind::Mesh => {
+            unused_field("targets", !group.targets.is_empty(), errors);
             unused_field("a", !group.a.is_empty(), errors);
             unused_field("b", !group.b.is_empty(), errors);
             unused_field("pairs", !group.pairs.is_empty(), errors);
@@ -673,6 +622,7 @@ fn validate_group(path: &str, group: &GroupConfig, errors: &mut Vec<ConfigError>
             ))
         }
         GroupKind::Disjoint => {
+            unused_field("targets", !group.targets.is_empty(), errors);
             unused_field("members", !group.members.is_empty(), errors);
             unused_field("pairs", !group.pairs.is_empty(), errors);
             require_nonempty("a", group.a.is_empty(), errors);
@@ -683,6 +633,7 @@ fn validate_group(path: &str, group: &GroupConfig, errors: &mut Vec<ConfigError>
             }
         }
         GroupKind::List => {
+            unused_field("targets", !group.targets.is_empty(), errors);
             unused_field("members", !group.members.is_empty(), errors);
             unused_field("a", !group.a.is_empty(), errors);
             unused_field("b", !group.b.is_empty(), errors);
@@ -713,6 +664,25 @@ fn validate_group(path: &str, group: &GroupConfig, errors: &mut Vec<ConfigError>
                 }
             }
             GroupMembers::List(pairs)
+        }
+        GroupKind::External => {
+            unused_field("a", !group.a.is_empty(), errors);
+            unused_field("b", !group.b.is_empty(), errors);
+            unused_field("pairs", !group.pairs.is_empty(), errors);
+            require_nonempty("members", group.members.is_empty(), errors);
+            require_nonempty("targets", group.targets.is_empty(), errors);
+            for (index, target) in group.targets.iter().enumerate() {
+                if let Err(message) = crate::kinds::Target::parse(target, None) {
+                    errors.push(ConfigError::new(
+                        format!("{path}.targets[{index}]"),
+                        message,
+                    ));
+                }
+            }
+            GroupMembers::External {
+                agents: parse_selectors(&format!("{path}.members"), &group.members, errors),
+                targets: group.targets.iter().map(|t| t.trim().to_string()).collect(),
+            }
         }
     };
     (errors.len() == before).then(|| Group {
@@ -818,6 +788,8 @@ fn validate_segment(
 
 struct TaskContext<'a> {
     group_names: BTreeSet<&'a str>,
+    /// Groups whose second side is external hosts.
+    external_groups: BTreeSet<&'a str>,
     archiver_names: BTreeSet<&'a str>,
     test_names: BTreeSet<&'a str>,
     tests: &'a [TestDef],
@@ -911,8 +883,18 @@ fn validate_task(
             ));
         }
     }
+    let external = context.external_groups.contains(task.group.as_str());
+    if external && task.directions == Some(Directions::Both) {
+        errors.push(ConfigError::new(
+            format!("{path}.directions"),
+            format!(
+                "group '{}' targets external hosts, which only answer: measure the other direction with the test's 'reverse' parameter",
+                task.group
+            ),
+        ));
+    }
     let directions = task.directions.unwrap_or(match test.map(|t| t.scheduling) {
-        Some(SchedulingClass::Exclusive) => Directions::Both,
+        Some(SchedulingClass::Exclusive) if !external => Directions::Both,
         _ => Directions::One,
     });
     let archivers = if task.archivers.is_empty() {
@@ -941,279 +923,75 @@ fn validate_task(
 
 // ---- per-test parameters --------------------------------------------------
 
-/// What a parameter key accepts.
-#[derive(Clone, Copy)]
-enum ParamKind {
-    /// DUR string such as `100ms`.
-    Duration,
-    /// BPS string or integer bits per second.
-    Rate,
-    /// Size string such as `64K`, or an integer of bytes.
-    Bytes,
-    Integer {
-        min: u64,
-        max: u64,
-    },
-    Ratio,
-    Choice(&'static [&'static str]),
-    Text,
-}
-
 /// Seconds added to every reservation: control-connection setup and teardown,
 /// and clock offsets between the server and agents that start runs.
 const SETUP_GUARD: Duration = Duration::from_secs(1);
 
+/// Any test may override its reservation (a DUR); the kinds estimate it otherwise.
 const RESERVE_KEY: &str = "reserve";
-
-const LATENCY_PARAMS: &[(&str, ParamKind)] = &[
-    ("protocol", ParamKind::Choice(&["udp", "tcp", "icmp"])),
-    (
-        "count",
-        ParamKind::Integer {
-            min: 1,
-            max: 1_000_000,
-        },
-    ),
-    ("interval", ParamKind::Duration),
-    ("timeout", ParamKind::Duration),
-    ("size", ParamKind::Bytes),
-    ("dscp", ParamKind::Integer { min: 0, max: 63 }),
-    (RESERVE_KEY, ParamKind::Duration),
-];
-
-const THROUGHPUT_PARAMS: &[(&str, ParamKind)] = &[
-    ("tool", ParamKind::Choice(&["native", "iperf3"])),
-    ("protocol", ParamKind::Choice(&["tcp", "udp"])),
-    ("streams", ParamKind::Integer { min: 1, max: 128 }),
-    ("duration", ParamKind::Duration),
-    ("bytes", ParamKind::Bytes),
-    ("interval", ParamKind::Duration),
-    ("omit", ParamKind::Duration),
-    ("window", ParamKind::Bytes),
-    ("congestion", ParamKind::Text),
-    (
-        "mss",
-        ParamKind::Integer {
-            min: 88,
-            max: 65_535,
-        },
-    ),
-    ("pacing_rate", ParamKind::Rate),
-    ("dscp", ParamKind::Integer { min: 0, max: 63 }),
-    ("rate", ParamKind::Rate),
-    ("packet_size", ParamKind::Bytes),
-    (RESERVE_KEY, ParamKind::Duration),
-];
-
-const CAPACITY_PARAMS: &[(&str, ParamKind)] = &[
-    ("epsilon_ratio", ParamKind::Ratio),
-    ("loss_threshold_ratio", ParamKind::Ratio),
-    ("tcp_duration", ParamKind::Duration),
-    ("udp_probe_duration", ParamKind::Duration),
-    ("tcp_streams", ParamKind::Integer { min: 1, max: 128 }),
-    ("packet_size", ParamKind::Bytes),
-    (RESERVE_KEY, ParamKind::Duration),
-];
-
-/// Defaults written into the normalised spec: the values the reservation assumes.
-fn default_params(test_type: TestType) -> &'static [(&'static str, &'static str)] {
-    match test_type {
-        TestType::Latency => &[("count", "10"), ("interval", "100ms"), ("timeout", "1s")],
-        TestType::Throughput => &[("duration", "10s"), ("omit", "0s")],
-        TestType::Capacity => &[("tcp_duration", "5s"), ("udp_probe_duration", "2s")],
-    }
-}
-
-/// Upper bound of UDP probe phases in a capacity run (ramp, over-rate,
-/// verification); used only to size its reservation.
-const CAPACITY_UDP_PROBES: u32 = 8;
-
-fn check_param(path: &str, key: &str, kind: ParamKind, value: &Value) -> Result<(), ConfigError> {
-    let error = |message: String| Err(ConfigError::new(format!("{path}.{key}"), message));
-    match (kind, value) {
-        (ParamKind::Duration, Value::String(text)) => parse_duration(text)
-            .map(drop)
-            .or_else(|e| error(e.to_string())),
-        (ParamKind::Rate, Value::String(text)) => parse_rate_bps(text)
-            .map(drop)
-            .or_else(|e| error(e.to_string())),
-        (ParamKind::Rate, Value::Number(number)) => match number.as_u64() {
-            Some(bps) if bps >= 1 => Ok(()),
-            _ => error(format!(
-                "rate {number} must be a positive integer of bits/s or a BPS such as 100M"
-            )),
-        },
-        (ParamKind::Bytes, Value::String(text)) => parse_bytes(text)
-            .map(drop)
-            .or_else(|e| error(e.to_string())),
-        (ParamKind::Bytes, Value::Number(number)) => match number.as_u64() {
-            Some(_) => Ok(()),
-            None => error(format!(
-                "size {number} must be a non-negative integer of bytes or a size such as 64K"
-            )),
-        },
-        (ParamKind::Integer { min, max }, Value::Number(number)) => match number.as_u64() {
-            Some(n) if (min..=max).contains(&n) => Ok(()),
-            _ => error(format!(
-                "{number} is out of range: expected an integer from {min} to {max}"
-            )),
-        },
-        (ParamKind::Ratio, Value::Number(number)) => match number.as_f64() {
-            Some(ratio) if (0.0..=1.0).contains(&ratio) => Ok(()),
-            _ => error(format!("{number} is not a ratio between 0 and 1")),
-        },
-        (ParamKind::Choice(choices), Value::String(text)) if choices.contains(&text.as_str()) => {
-            Ok(())
-        }
-        (ParamKind::Choice(choices), other) => {
-            error(format!("{other} is not one of {}", choices.join(", ")))
-        }
-        (ParamKind::Text, Value::String(_)) => Ok(()),
-        (kind, other) => error(format!("expected {}, got {other}", describe_kind(kind))),
-    }
-}
-
-fn describe_kind(kind: ParamKind) -> &'static str {
-    match kind {
-        ParamKind::Duration => "a duration such as \"100ms\"",
-        ParamKind::Rate => "a rate such as \"100M\"",
-        ParamKind::Bytes => "a size such as 1400 or \"64K\"",
-        ParamKind::Integer { .. } => "an integer",
-        ParamKind::Ratio => "a number between 0 and 1",
-        ParamKind::Choice(_) => "one of the listed words",
-        ParamKind::Text => "a string",
-    }
-}
-
-fn spec_duration(spec: &Map<String, Value>, key: &str) -> Duration {
-    spec.get(key)
-        .and_then(Value::as_str)
-        .and_then(|text| parse_duration(text).ok())
-        .unwrap_or_default()
-}
-
-/// Estimated test time of a validated, defaulted spec (without the setup guard).
-fn estimated_test_time(test_type: TestType, spec: &Map<String, Value>) -> Option<Duration> {
-    match test_type {
-        TestType::Latency => {
-            let count = spec.get("count").and_then(Value::as_u64).unwrap_or(1);
-            let count = u32::try_from(count).unwrap_or(u32::MAX);
-            Some(spec_duration(spec, "interval") * count + spec_duration(spec, "timeout"))
-        }
-        // A byte-bounded transfer has no knowable length: `reserve` is required then.
-        TestType::Throughput if spec.contains_key("bytes") && !spec.contains_key("duration") => {
-            None
-        }
-        TestType::Throughput => Some(spec_duration(spec, "duration") + spec_duration(spec, "omit")),
-        // Two TCP runs (one stream and several) plus the UDP probe phases.
-        TestType::Capacity => Some(
-            spec_duration(spec, "tcp_duration") * 2
-                + spec_duration(spec, "udp_probe_duration") * CAPACITY_UDP_PROBES,
-        ),
-    }
-}
-
-/// Validates one test definition on its own, e.g. the test of an app's
-/// on-demand request; error paths start with `test`.
-pub fn validate_test_config(test: &TestConfig) -> Result<TestDef, Vec<ConfigError>> {
-    let mut errors = Vec::new();
-    match validate_test("test", test, &mut errors) {
-        Some(test_def) if errors.is_empty() => Ok(test_def),
-        _ => Err(errors),
-    }
-}
 
 fn validate_test(path: &str, test: &TestConfig, errors: &mut Vec<ConfigError>) -> Option<TestDef> {
     let before = errors.len();
     check_name(path, &test.name, errors);
-    let Some(test_type) = TestType::parse(&test.test_type) else {
+    let Some(kind) = KindRef::named(&test.test_type) else {
         errors.push(ConfigError::new(
             format!("{path}.type"),
             format!(
-                "unknown test type '{}' (known: latency, throughput, capacity)",
-                test.test_type
+                "unknown test type '{}' (known: {})",
+                test.test_type,
+                kinds::names().join(", ")
             ),
         ));
         return None;
     };
-    let known = match test_type {
-        TestType::Latency => LATENCY_PARAMS,
-        TestType::Throughput => THROUGHPUT_PARAMS,
-        TestType::Capacity => CAPACITY_PARAMS,
-    };
     let spec_path = format!("{path}.spec");
-    for (key, value) in &test.spec {
-        match known.iter().find(|(name, _)| name == key) {
-            Some((_, kind)) => {
-                if let Err(error) = check_param(&spec_path, key, *kind, value) {
-                    errors.push(error);
-                }
-            }
-            None => errors.push(ConfigError::new(
-                format!("{spec_path}.{key}"),
-                format!(
-                    "unknown {} parameter '{key}' (known: {})",
-                    test_type.as_str(),
-                    known
-                        .iter()
-                        .map(|(name, _)| *name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            )),
-        }
+    let mut given = test.spec.clone();
+    let reserve = given.remove(RESERVE_KEY).map(|value| match &value {
+        Value::String(text) => parse_duration(text).map_err(|error| error.to_string()),
+        other => Err(format!("expected a duration such as \"30s\", got {other}")),
+    });
+    if let Some(Err(message)) = &reserve {
+        errors.push(ConfigError::new(
+            format!("{spec_path}.{RESERVE_KEY}"),
+            message.clone(),
+        ));
     }
+    let spec = match kind.0.normalise(&spec_path, &given) {
+        Ok(spec) => spec,
+        Err(found) => {
+            errors.extend(found);
+            return None;
+        }
+    };
     if errors.len() != before {
         return None;
     }
-
-    let mut spec = test.spec.clone();
-    for (key, default) in default_params(test_type) {
-        if !spec.contains_key(*key) {
-            let value = match default.parse::<u64>() {
-                Ok(number) => Value::from(number),
-                Err(_) => Value::from(*default),
-            };
-            spec.insert(key.to_string(), value);
-        }
-    }
-    if test_type == TestType::Throughput
-        && spec.contains_key("bytes")
-        && test.spec.contains_key("duration")
-    {
-        errors.push(ConfigError::new(
-            format!("{spec_path}.bytes"),
-            "give either 'duration' or 'bytes', not both",
-        ));
-        return None;
-    }
-    if test_type == TestType::Throughput && test.spec.contains_key("bytes") {
-        // The default duration must not bound a byte-bounded run.
-        spec.remove("duration");
-    }
-    let reserve = match spec.remove(RESERVE_KEY) {
-        Some(value) => value.as_str().and_then(|text| parse_duration(text).ok()),
-        None => estimated_test_time(test_type, &spec).map(|time| time + SETUP_GUARD),
+    let reserve = match reserve {
+        Some(reserve) => reserve.ok(),
+        None => (kind.estimate)(&Spec::new(kind.0, &spec)).map(|time| time + SETUP_GUARD),
     };
     let Some(reserve) = reserve else {
         errors.push(ConfigError::new(
-            format!("{spec_path}.reserve"),
-            "a byte-bounded throughput test has no known length: give 'reserve' (e.g. \"30s\")",
+            format!("{spec_path}.{RESERVE_KEY}"),
+            format!(
+                "a {} test with this spec has no known length: give '{RESERVE_KEY}' (e.g. \"30s\")",
+                kind.name
+            ),
         ));
         return None;
     };
     if reserve.is_zero() {
         errors.push(ConfigError::new(
-            format!("{spec_path}.reserve"),
+            format!("{spec_path}.{RESERVE_KEY}"),
             "the reservation must be longer than zero",
         ));
         return None;
     }
     Some(TestDef {
         name: test.name.clone(),
-        test_type,
+        kind,
         spec: Value::Object(spec),
-        scheduling: test.scheduling.unwrap_or(test_type.default_scheduling()),
+        scheduling: test.scheduling.unwrap_or(kind.scheduling),
         reserve,
     })
 }
@@ -1247,7 +1025,10 @@ type = "latency"
     #[test]
     fn documented_example_validates_with_defaults_filled_in() {
         let (config, validated) = load_config("mesh.toml", EXAMPLE_TOML).expect("example is valid");
-        assert_eq!(config.tasks.len(), 3);
+        assert_eq!(config.tasks.len(), 9);
+        // Every test kind appears in the example.
+        let kinds: BTreeSet<&str> = validated.tests.iter().map(|t| t.kind.as_str()).collect();
+        assert_eq!(kinds, crate::kinds::names().into_iter().collect());
         let rtt = validated.test("rtt").unwrap();
         assert_eq!(rtt.scheduling, SchedulingClass::Shared);
         // 10 x 100 ms + 1 s timeout + 1 s setup guard.

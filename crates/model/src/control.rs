@@ -48,6 +48,9 @@ pub struct AgentRegistration {
     pub addresses: Vec<String>,
     /// Port of the agent's in-process test endpoint.
     pub endpoint_port: u16,
+    /// Port of the agent's iperf3-compatible listener, when it serves one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iperf3_port: Option<u16>,
     /// Free-form labels such as `site`, `segment`, `zone`.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
@@ -114,7 +117,7 @@ pub struct ResultAck {
     pub duplicate: bool,
 }
 
-/// One application metric sample (seed 000's publish call).
+/// One application metric sample (Narada Metrics' publish call, Bazan-Antequera et al.).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppMetric {
     pub name: String,

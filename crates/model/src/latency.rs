@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LatencyProtocol {
-    /// TWAMP-Light (RFC 5357 unauthenticated) test packets over UDP.
+    /// TWAMP-Light (RFC 5357 unauthenticated) or STAMP (RFC 8762) test packets over
+    /// UDP, see `LatencySpec::udp_mode`.
     Udp,
     /// TCP connect time plus small request/response round trips inside the connection.
     Tcp,
@@ -36,6 +37,43 @@ pub struct LatencySpec {
     /// call, as `ping` does — for like-for-like comparisons with such tools).
     #[serde(default)]
     pub tx_timestamp: TransmitStamp,
+    /// UDP only: which test packets are sent — `twamp_light` (default, RFC 5357) or
+    /// `stamp` (RFC 8762 with RFC 8972's SSID and Extra Padding TLV). Ignored by TCP
+    /// and ICMP.
+    #[serde(default)]
+    pub udp_mode: UdpMode,
+}
+
+/// Test-packet format of UDP latency runs (see `LatencySpec::udp_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UdpMode {
+    /// TWAMP-Light sender packets (RFC 5357 §4.1.2, unauthenticated).
+    #[default]
+    TwampLight,
+    /// STAMP Session-Sender packets (RFC 8762 §4.2.1, unauthenticated), 44 bytes or
+    /// longer with an RFC 8972 Extra Padding TLV.
+    Stamp,
+}
+
+/// UDP only: what the reflector's replies said about the reflector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReflectorReport {
+    /// Counted replies that carried no Sender TTL: shorter than RFC 5357's 41-byte
+    /// reflector header (some TWAMP-Light responders send 38 bytes plus padding), or
+    /// a TTL byte of 0, which no received packet can have had.
+    pub replies_without_ttl: u64,
+    /// Of those, the replies shorter than 41 bytes.
+    pub short_replies: u64,
+    /// Smallest and largest Sender TTL returned (the probes' IP TTL / hop limit as the
+    /// reflector received them); absent when no reply carried one.
+    pub sender_ttl_min: Option<u8>,
+    pub sender_ttl_max: Option<u8>,
+    /// STAMP mode only: true when the replies carried our SSID back (an RFC 8972
+    /// STAMP reflector), false when they carried 0 (a TWAMP-Light or RFC 8762-only
+    /// reflector, which still measures correctly, RFC 8762 §4.6); absent in
+    /// TWAMP-Light mode or when nothing came back.
+    pub ssid_echoed: Option<bool>,
 }
 
 /// Which clock a run asks for its transmit stamps (see `LatencySpec::tx_timestamp`).
@@ -59,7 +97,7 @@ pub struct Distribution {
     pub stddev: f64,
 }
 
-/// Jitter computed three ways (seed 004): the RFC 3550 filter, mean and median of |Δ|.
+/// Jitter computed three ways (Miravalls-Sierra et al., 2018): the RFC 3550 filter, mean and median of |Δ|.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Jitter {
     pub rfc3550: f64,
@@ -138,6 +176,9 @@ pub struct LatencySummary {
     /// TCP only: connection establishment time.
     pub connect_us: Option<Distribution>,
     pub one_way: Option<OneWay>,
+    /// UDP only: Sender TTL and SSID as the reflector returned them.
+    #[serde(default)]
+    pub reflector: Option<ReflectorReport>,
 }
 
 /// Outcome of one probe.
@@ -172,7 +213,7 @@ pub struct ProbeSample {
 pub struct LatencyResult {
     /// Always `"latency"`.
     pub test: String,
-    /// `native` (vantage endpoint or any TWAMP-Light reflector for UDP).
+    /// `native` (vantage endpoint or any TWAMP-Light / STAMP reflector for UDP).
     pub tool: String,
     pub spec: LatencySpec,
     /// The resolved address probed.
@@ -184,7 +225,7 @@ pub struct LatencyResult {
     pub samples: Vec<ProbeSample>,
 }
 
-/// What a sandwich-probing run was asked to do (seed 003).
+/// What a sandwich-probing run was asked to do (Chard et al., FGCS 2015).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SandwichSpec {
     pub target: String,

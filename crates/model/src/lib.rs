@@ -5,7 +5,11 @@
 
 pub mod capacity;
 pub mod config;
+pub mod config_error;
 pub mod control;
+pub mod kinds;
 pub mod latency;
+pub mod scheduling;
 pub mod throughput;
+pub mod trace;
 pub mod units;

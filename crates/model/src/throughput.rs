@@ -215,7 +215,7 @@ pub struct SenderReceiver {
     pub receiver: Option<f64>,
 }
 
-/// Probe self-check (seed 004): did the measuring hosts have the CPU to measure?
+/// Probe self-check (Miravalls-Sierra et al., 2018): did the measuring hosts have the CPU to measure?
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct HostCheck {
     /// CPU time of the test's threads / (wall time × online cores): 0..1 of the host.

@@ -1,4 +1,5 @@
-//! `vantage capacity`: the SLA verification method of seed 002, end to end, over the
+//! `vantage capacity`: the SLA verification method of Rufini et al.
+//! (Fotonica 2014), end to end, over the
 //! native throughput engine.
 //!
 //! 1. TCP bulk transfers, one stream and N streams: B_t, RTT, cwnd, peer window.
@@ -13,12 +14,10 @@
 //! Rates are at the IP layer (UDP payload plus UDP/IP headers): what a shaper or
 //! link counts. The steady part skips the first quarter of each probe (queue fill).
 
-use std::time::Duration;
-
 use vantage_model::capacity::{
     BoundCheck, CapacityResult, CapacitySpec, CapacitySummary, TcpRun, UdpProbe,
 };
-use vantage_model::throughput::{ThroughputProtocol, ThroughputResult, ThroughputSpec};
+use vantage_model::throughput::{Direction, ThroughputProtocol, ThroughputResult, ThroughputSpec};
 
 use crate::throughput::client::{resolve, run_native, ThroughputError};
 
@@ -40,6 +39,9 @@ pub type Progress<'a> = &'a mut dyn FnMut(&str);
 fn base_spec(spec: &CapacitySpec) -> ThroughputSpec {
     let mut base = ThroughputSpec::new(&spec.target, spec.port);
     base.interval_us = 250_000;
+    if spec.reverse {
+        base.direction = Direction::Reverse;
+    }
     base
 }
 
@@ -331,20 +333,6 @@ pub fn run_capacity(
     })
 }
 
-/// Defaults: seed 002's ε = 0.001 · B_c and 0.1 % loss; 3 s TCP runs, 2 s UDP probes.
-pub fn default_spec(target: &str, port: u16) -> CapacitySpec {
-    CapacitySpec {
-        target: target.to_string(),
-        port,
-        epsilon_ratio: 0.001,
-        loss_threshold_ratio: 0.001,
-        tcp_duration_us: Duration::from_secs(3).as_micros() as u64,
-        udp_probe_duration_us: Duration::from_secs(2).as_micros() as u64,
-        tcp_streams: 4,
-        packet_size_bytes: 1472,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,7 +353,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_000_window_story_binds_on_the_receive_window() {
+    fn a_64_kb_window_over_5_ms_binds_on_the_receive_window() {
         // 64 KB window, 5 ms RTT: 105 Mbit/s at most; 85 measured on a 1 Gbit/s line.
         let check = bound_check(&single(85e6, 200_000.0, 65_536.0, 5_000.0), 1e9);
         assert_eq!(check.binding, "receive_window");

@@ -1,4 +1,5 @@
-//! CPU accounting of measuring threads: the probe self-check of seed 004.
+//! CPU accounting of measuring threads: the probe self-check of
+//! Miravalls-Sierra et al. (2018).
 //!
 //! A thread's CPU time comes from `getrusage(RUSAGE_THREAD)`; its run-queue wait
 //! (time it was runnable but another task had the core) from

@@ -2,9 +2,9 @@
 //!
 //! - [`endpoint`]: the `vantage endpoint` service (TWAMP-Light reflector, TCP service).
 //! - [`latency`]: the latency engines (UDP TWAMP-Light sender, TCP, ICMP echo).
-//! - [`sandwich`]: sandwich probing (seed 003).
+//! - [`sandwich`]: sandwich probing (Chard et al., FGCS 2015).
 //! - [`throughput`], [`capacity`], [`iperf3`]: TCP/UDP throughput with the `limited_by`
-//!   verdict, seed 002's capacity method, the iperf3 protocol both ways.
+//!   verdict, the capacity method of Rufini et al. (Fotonica 2014), the iperf3 protocol both ways.
 //! - [`tcp_info`], [`cpu`], [`pacing`]: TCP_INFO decoding, measuring-thread CPU
 //!   self-check, packet pacing.
 //! - [`timestamp`], [`clock`], [`mtu`]: kernel stamps, clock sync state, path MTU.
@@ -21,4 +21,5 @@ pub mod sandwich;
 pub mod tcp_info;
 pub mod throughput;
 pub mod timestamp;
+pub mod trace;
 pub mod twamp;

@@ -1,5 +1,5 @@
 //! Path MTU of a connected socket and the refusal of probes that would fragment
-//! (seed 004: one lost fragment loses the whole datagram, biasing loss and delay).
+//! (Miravalls-Sierra et al., 2018: one lost fragment loses the whole datagram, biasing loss and delay).
 
 use std::io;
 use std::mem::size_of;

@@ -1,4 +1,4 @@
-//! Sandwich probing (seed 003, after Coates et al.): per round a small packet A,
+//! Sandwich probing (Chard et al., FGCS 2015, after Coates et al.): per round a small packet A,
 //! then — a gap d after A — a large (MTU-sized) packet L immediately followed by a
 //! small packet B. B queues behind L wherever L's serialisation or queueing delays
 //! it, so the arrival gap d' exceeds d by that delay: d' - d.
@@ -18,8 +18,9 @@ use vantage_model::latency::{
 use vantage_stats::distribution;
 
 use crate::latency::udp::{Reply, SentPacket, TwampClient};
-use crate::latency::{resolve_target, sleep_until, LatencyError, Progress};
+use crate::latency::{resolve_target, LatencyError, Progress};
 use crate::mtu::{ip_header_bytes, UDP_HEADER_BYTES};
+use crate::pacing::sleep_until;
 use crate::twamp::{self, SENDER_HEADER_LEN};
 
 /// Spin for the last stretch before a send deadline: sleep granularity (~50-100 µs)

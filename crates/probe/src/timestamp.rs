@@ -253,7 +253,9 @@ pub fn recv_with_meta(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Resu
             ControlMessage::Stamp(ns) => received.kernel_rx_ns = Some(ns),
             ControlMessage::Ttl(ttl) => received.ttl = Some(ttl),
             ControlMessage::Local(local) => received.local = Some(local),
-            ControlMessage::TxStampId(_) | ControlMessage::Other => {}
+            ControlMessage::TxStampId(_)
+            | ControlMessage::IcmpError { .. }
+            | ControlMessage::Other => {}
         }
     }
     Ok(received)
@@ -273,31 +275,25 @@ pub fn drain_tx_stamps(fd: RawFd) -> Vec<TxStamp> {
     let mut stamps = Vec::new();
     // Bounded: the queue holds at most what we sent; the cap guards against a loop.
     for _ in 0..4096 {
-        let mut control = ControlBuffer([0; 512]);
         let mut data = [0u8; 64];
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        };
-        // SAFETY: as in recv_with_meta, all pointers refer to live local buffers.
-        let mut msg: libc::msghdr = unsafe { zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = control.0.len() as _;
-        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-        if n < 0 {
-            break;
-        }
-        let mut stamp = None;
-        let mut id = None;
-        for cmsg in control_messages(&msg) {
-            match cmsg {
-                ControlMessage::Stamp(ns) => stamp = Some(ns),
-                ControlMessage::TxStampId(send_index) => id = Some(send_index),
-                ControlMessage::Ttl(_) | ControlMessage::Local(_) | ControlMessage::Other => {}
+        let entry = recv_error_queue(fd, &mut data, |msg, _| {
+            let mut stamp = None;
+            let mut id = None;
+            for cmsg in control_messages(msg) {
+                match cmsg {
+                    ControlMessage::Stamp(ns) => stamp = Some(ns),
+                    ControlMessage::TxStampId(send_index) => id = Some(send_index),
+                    ControlMessage::Ttl(_)
+                    | ControlMessage::Local(_)
+                    | ControlMessage::IcmpError { .. }
+                    | ControlMessage::Other => {}
+                }
             }
-        }
+            (stamp, id)
+        });
+        let Ok(Some((stamp, id))) = entry else {
+            break;
+        };
         if let (Some(kernel_tx_ns), Some(send_index)) = (stamp, id) {
             stamps.push(TxStamp {
                 send_index,
@@ -308,7 +304,38 @@ pub fn drain_tx_stamps(fd: RawFd) -> Vec<TxStamp> {
     stamps
 }
 
-enum ControlMessage {
+/// One non-blocking `recvmsg(MSG_ERRQUEUE)` on `fd` into `data`; `inspect` reads the
+/// message (its control messages) and gets the length of the data. `Ok(None)` when the
+/// error queue is empty.
+pub(crate) fn recv_error_queue<T>(
+    fd: RawFd,
+    data: &mut [u8],
+    inspect: impl FnOnce(&libc::msghdr, usize) -> T,
+) -> io::Result<Option<T>> {
+    let mut control = ControlBuffer([0; 512]);
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: as in recv_with_meta, all pointers refer to live local buffers.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = control.0.len() as _;
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let err = io::Error::last_os_error();
+        return if err.kind() == io::ErrorKind::WouldBlock {
+            Ok(None)
+        } else {
+            Err(err)
+        };
+    }
+    Ok(Some(inspect(&msg, (n as usize).min(data.len()))))
+}
+
+pub(crate) enum ControlMessage {
     /// A software timestamp (receive, or transmit on the error queue).
     Stamp(i64),
     Ttl(u8),
@@ -316,10 +343,41 @@ enum ControlMessage {
     Local(IpAddr),
     /// `sock_extended_err` of a timestamp: its `OPT_ID` counter.
     TxStampId(u32),
+    /// `sock_extended_err` of an ICMP error (`IP_RECVERR`): type, code and the sender
+    /// of the ICMP message (`SO_EE_OFFENDER`).
+    IcmpError {
+        icmp_type: u8,
+        code: u8,
+        offender: Option<IpAddr>,
+    },
     Other,
 }
 
-fn control_messages(msg: &libc::msghdr) -> Vec<ControlMessage> {
+/// The address behind a `sock_extended_err` (`SO_EE_OFFENDER`), `room` bytes long.
+///
+/// # Safety
+/// `offender` must point to `room` readable bytes.
+unsafe fn offender_address(offender: *const u8, room: usize) -> Option<IpAddr> {
+    if room < size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    let family = std::ptr::read_unaligned(offender as *const libc::sa_family_t);
+    match i32::from(family) {
+        libc::AF_INET if room >= size_of::<libc::sockaddr_in>() => {
+            let sin = std::ptr::read_unaligned(offender as *const libc::sockaddr_in);
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                sin.sin_addr.s_addr,
+            ))))
+        }
+        libc::AF_INET6 if room >= size_of::<libc::sockaddr_in6>() => {
+            let sin6 = std::ptr::read_unaligned(offender as *const libc::sockaddr_in6);
+            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
+}
+
+pub(crate) fn control_messages(msg: &libc::msghdr) -> Vec<ControlMessage> {
     let mut out = Vec::new();
     // SAFETY: CMSG_* walk the control buffer the kernel filled, bounded by msg_controllen;
     // each payload is read unaligned with the size the kernel documents for its type.
@@ -375,6 +433,15 @@ fn control_messages(msg: &libc::msghdr) -> Vec<ControlMessage> {
                         && err.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
                     {
                         ControlMessage::TxStampId(err.ee_data)
+                    } else if err.ee_origin == libc::SO_EE_ORIGIN_ICMP
+                        || err.ee_origin == libc::SO_EE_ORIGIN_ICMP6
+                    {
+                        let ee_len = size_of::<libc::sock_extended_err>();
+                        ControlMessage::IcmpError {
+                            icmp_type: err.ee_type,
+                            code: err.ee_code,
+                            offender: offender_address(data.add(ee_len), payload_len - ee_len),
+                        }
                     } else {
                         ControlMessage::Other
                     }

@@ -1,7 +1,8 @@
-//! TWAMP-Light test packets, RFC 5357 unauthenticated mode. Pure codec: no sockets,
-//! no allocation (encoders write into caller-provided buffers).
+//! TWAMP-Light (RFC 5357 unauthenticated mode) and STAMP (RFC 8762 unauthenticated
+//! mode, with RFC 8972's SSID and TLVs) test packets. Pure codec: no sockets, no
+//! allocation (encoders write into caller-provided buffers).
 //!
-//! Sender test packet (RFC 5357 §4.1.2, unauthenticated), byte offsets:
+//! TWAMP sender test packet (RFC 5357 §4.1.2, unauthenticated), byte offsets:
 //!
 //! | offset | size | field |
 //! |---|---|---|
@@ -10,30 +11,49 @@
 //! | 12 | 2 | Error Estimate |
 //! | 14 | … | Packet Padding |
 //!
-//! Reflector test packet (RFC 5357 §4.2.1, unauthenticated):
+//! STAMP Session-Sender test packet (RFC 8762 §4.2.1; SSID from RFC 8972 §3): the
+//! same first 14 bytes, then SSID (2), MBZ (28) — 44 bytes — then RFC 8972 §4 TLVs.
+//!
+//! Reflector test packet (RFC 5357 §4.2.1, unauthenticated; RFC 8762 §4.3.1 is the
+//! same layout with the SSID at 14 and three more MBZ bytes, 44 in all):
 //!
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 4 | Sequence Number (the reflector's own counter) |
 //! | 4 | 8 | Timestamp (when the reply is sent) |
 //! | 12 | 2 | Error Estimate |
-//! | 14 | 2 | MBZ |
+//! | 14 | 2 | MBZ (STAMP: SSID, copied from the request) |
 //! | 16 | 8 | Receive Timestamp (when the request arrived) |
 //! | 24 | 4 | Sender Sequence Number |
 //! | 28 | 8 | Sender Timestamp |
 //! | 36 | 2 | Sender Error Estimate |
 //! | 38 | 2 | MBZ |
 //! | 40 | 1 | Sender TTL (IP TTL / hop limit of the request as received) |
-//! | 41 | … | Packet Padding |
+//! | 41 | … | Packet Padding (STAMP: 3 MBZ bytes, then the request's TLVs) |
+//!
+//! **Short replies**: some widely used TWAMP-Light responders send the first 38 bytes
+//! (up to the Sender Error Estimate) and then their own padding, without the MBZ and
+//! Sender TTL. Everything the RTT needs is in those 38 bytes, so [`parse_reflector`]
+//! accepts any reply from [`REFLECTOR_MIN_LEN`] bytes on and reports the TTL as
+//! absent when the reply is shorter than 41 bytes or the TTL byte is 0 (no packet
+//! that arrived can have had TTL 0, so 0 means "not filled in").
 //!
 //! **Reply size** (our choice, after RFC 6038's symmetrical-size idea and what common
-//! TWAMP-Light reflectors do): the reply is exactly as long as the request, so both
-//! directions carry the same size; a request shorter than the 41-byte reflector header
-//! gets a 41-byte reply. The reply's padding is the request's bytes from offset 41 on,
-//! i.e. the reflector header overwrites the first 41 bytes of the request in place —
-//! the sender's padding loses its first 27 octets, as RFC 5357 §4.2.1 anticipates
-//! when it asks senders to pad by at least 27 octets. Senders that want equal sizes in
-//! both directions therefore send at least [`REFLECTOR_HEADER_LEN`] bytes.
+//! TWAMP-Light reflectors do; STAMP requires it, RFC 8762 §4.3): the reply is exactly
+//! as long as the request, so both directions carry the same size; a request shorter
+//! than the 41-byte reflector header gets a 41-byte reply. The reply's padding is the
+//! request's bytes from offset 41 on, i.e. the reflector header overwrites the first
+//! 41 bytes of the request in place — the sender's padding loses its first 27 octets,
+//! as RFC 5357 §4.2.1 anticipates when it asks senders to pad by at least 27 octets.
+//! Senders that want equal sizes in both directions therefore send at least
+//! [`REFLECTOR_HEADER_LEN`] bytes.
+//!
+//! **TWAMP-Light or STAMP?** A request is answered as STAMP ([`stamp_request`]) when it
+//! is at least 44 bytes, its MBZ bytes 16..44 are zero, and either its SSID is
+//! non-zero or the bytes after 44 are a well-formed RFC 8972 TLV list (or nothing).
+//! A zero-padded TWAMP-Light request of 44 bytes is then answered byte for byte as
+//! TWAMP-Light would answer it; longer zero padding reads as TLV type 0, which is
+//! reserved, so it stays TWAMP-Light and its padding is copied unchanged.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -41,6 +61,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const SENDER_HEADER_LEN: usize = 14;
 /// Length of the unauthenticated reflector test-packet header.
 pub const REFLECTOR_HEADER_LEN: usize = 41;
+/// The shortest reply we accept: every field up to the Sender Error Estimate, which
+/// is all the RTT and the loss split need (see the module docs on short replies).
+pub const REFLECTOR_MIN_LEN: usize = 38;
+/// Length of the STAMP base packet, sender and reflector alike (RFC 8762 §4.2.1,
+/// §4.3.1); RFC 8972 TLVs follow it.
+pub const STAMP_BASE_LEN: usize = 44;
+/// Length of an RFC 8972 §4 TLV header: Flags (1), Type (1), Length (2).
+pub const TLV_HEADER_LEN: usize = 4;
+/// RFC 8972 §4.1 Extra Padding TLV type.
+pub const TLV_EXTRA_PADDING: u8 = 1;
+/// RFC 8972 §4 TLV flags: U (unrecognised), M (malformed), I (integrity failed).
+pub const TLV_FLAG_U: u8 = 0x80;
+pub const TLV_FLAG_M: u8 = 0x40;
 /// Largest UDP payload over IPv4 (65535 - 20 IP - 8 UDP); anything longer is not a
 /// datagram we could have received or can send.
 pub const MAX_PACKET_LEN: usize = 65_507;
@@ -72,6 +105,10 @@ pub enum TwampError {
         needed: usize,
         available: usize,
     },
+    #[error(
+        "STAMP test packets are 44 bytes or at least 48 (44 plus an RFC 8972 Extra Padding TLV), not {len}"
+    )]
+    StampSize { len: usize },
 }
 
 /// NTP 64-bit timestamp: seconds since 1900-01-01 (wrapping every 2^32 s, "eras")
@@ -233,8 +270,12 @@ pub struct ReflectorPacket {
     pub sender_seq: u32,
     pub sender_timestamp: NtpTimestamp,
     pub sender_error_estimate: ErrorEstimate,
-    /// IP TTL / hop limit of the request as the reflector received it.
-    pub sender_ttl: u8,
+    /// IP TTL / hop limit of the request as the reflector received it; `None` when
+    /// the reply is shorter than 41 bytes or carries 0 (not filled in).
+    pub sender_ttl: Option<u8>,
+    /// Bytes 14..16: MBZ in TWAMP-Light, the SSID a STAMP reflector copies back
+    /// (RFC 8972 §3).
+    pub ssid: u16,
     /// Length of the whole packet (header + padding) in bytes.
     pub len: usize,
 }
@@ -287,10 +328,12 @@ pub fn parse_sender(bytes: &[u8]) -> Result<SenderPacket, TwampError> {
     })
 }
 
-/// Parses a reply. MBZ fields are not checked: RFC 5357 reflectors must zero them,
-/// but a non-zero value changes nothing we read, and rejecting it would lose replies.
+/// Parses a reply of at least [`REFLECTOR_MIN_LEN`] bytes (TWAMP-Light or STAMP: the
+/// layouts agree on every field read here). MBZ fields are not checked: reflectors
+/// must zero them, but a non-zero value changes nothing we read, and rejecting it
+/// would lose replies.
 pub fn parse_reflector(bytes: &[u8]) -> Result<ReflectorPacket, TwampError> {
-    check_len(REFLECTOR, bytes.len(), REFLECTOR_HEADER_LEN)?;
+    check_len(REFLECTOR, bytes.len(), REFLECTOR_MIN_LEN)?;
     Ok(ReflectorPacket {
         seq: read_u32(&bytes[0..4]),
         timestamp: NtpTimestamp::read(&bytes[4..12]),
@@ -299,7 +342,11 @@ pub fn parse_reflector(bytes: &[u8]) -> Result<ReflectorPacket, TwampError> {
         sender_seq: read_u32(&bytes[24..28]),
         sender_timestamp: NtpTimestamp::read(&bytes[28..36]),
         sender_error_estimate: ErrorEstimate::from_bits(read_u16(&bytes[36..38])),
-        sender_ttl: bytes[40],
+        sender_ttl: bytes
+            .get(REFLECTOR_HEADER_LEN - 1)
+            .copied()
+            .filter(|&ttl| ttl != 0),
+        ssid: read_u16(&bytes[14..16]),
         len: bytes.len(),
     })
 }
@@ -329,20 +376,20 @@ pub fn encode_sender(packet: &SenderPacket, out: &mut [u8]) -> Result<usize, Twa
 }
 
 /// Writes the header of a reply of `packet.len` bytes into `out[..packet.len]` (MBZ
-/// fields zeroed) and returns that length; padding is left as in [`encode_sender`].
+/// fields zeroed, `ssid` at 14..16: keep it 0 for TWAMP-Light) and returns that length; padding is left as in [`encode_sender`].
 pub fn encode_reflector(packet: &ReflectorPacket, out: &mut [u8]) -> Result<usize, TwampError> {
     check_len(REFLECTOR, packet.len, REFLECTOR_HEADER_LEN)?;
     check_buffer(REFLECTOR, packet.len, out)?;
     out[0..4].copy_from_slice(&packet.seq.to_be_bytes());
     packet.timestamp.write(&mut out[4..12]);
     out[12..14].copy_from_slice(&packet.error_estimate.to_bits().to_be_bytes());
-    out[14..16].fill(0);
+    out[14..16].copy_from_slice(&packet.ssid.to_be_bytes());
     packet.receive_timestamp.write(&mut out[16..24]);
     out[24..28].copy_from_slice(&packet.sender_seq.to_be_bytes());
     packet.sender_timestamp.write(&mut out[28..36]);
     out[36..38].copy_from_slice(&packet.sender_error_estimate.to_bits().to_be_bytes());
     out[38..40].fill(0);
-    out[40] = packet.sender_ttl;
+    out[40] = packet.sender_ttl.unwrap_or(0);
     Ok(packet.len)
 }
 
@@ -352,7 +399,9 @@ pub fn reply_len(request_len: usize) -> usize {
 }
 
 /// Builds the reply to `request` in `out` and returns its length
-/// ([`reply_len`] of the request). The reply's padding is `request[41..]`.
+/// ([`reply_len`] of the request). A TWAMP-Light reply's padding is `request[41..]`;
+/// a STAMP reply ([`stamp_request`]) carries the request's SSID, zeros in 41..44 and
+/// the request's TLVs with their flags set as RFC 8972 §4 asks ([`reflect_tlvs`]).
 /// Errors (nothing written that the caller may send) on a truncated or oversized
 /// request or an `out` shorter than the reply.
 pub fn reflect(
@@ -363,8 +412,16 @@ pub fn reflect(
     let sender = parse_sender(request)?;
     let len = reply_len(request.len());
     check_buffer(REFLECTOR, len, out)?;
-    if request.len() > REFLECTOR_HEADER_LEN {
-        out[REFLECTOR_HEADER_LEN..len].copy_from_slice(&request[REFLECTOR_HEADER_LEN..]);
+    let ssid = stamp_request(request);
+    match ssid {
+        Some(_) => {
+            out[REFLECTOR_HEADER_LEN..STAMP_BASE_LEN].fill(0);
+            reflect_tlvs(&request[STAMP_BASE_LEN..], &mut out[STAMP_BASE_LEN..len]);
+        }
+        None if request.len() > REFLECTOR_HEADER_LEN => {
+            out[REFLECTOR_HEADER_LEN..len].copy_from_slice(&request[REFLECTOR_HEADER_LEN..]);
+        }
+        None => {}
     }
     let reply = ReflectorPacket {
         seq: stamp.seq,
@@ -374,10 +431,104 @@ pub fn reflect(
         sender_seq: sender.seq,
         sender_timestamp: sender.timestamp,
         sender_error_estimate: sender.error_estimate,
-        sender_ttl: stamp.request_ttl,
+        sender_ttl: Some(stamp.request_ttl),
+        ssid: ssid.unwrap_or(0),
         len,
     };
     encode_reflector(&reply, out)
+}
+
+/// The SSID (possibly 0) when `request` is to be answered as a STAMP Session-Sender
+/// packet, `None` for TWAMP-Light (the rule is in the module docs).
+pub fn stamp_request(request: &[u8]) -> Option<u16> {
+    if request.len() < STAMP_BASE_LEN || request.len() > MAX_PACKET_LEN {
+        return None;
+    }
+    if request[16..STAMP_BASE_LEN].iter().any(|&b| b != 0) {
+        return None;
+    }
+    let ssid = read_u16(&request[14..16]);
+    (ssid != 0 || tlvs_well_formed(&request[STAMP_BASE_LEN..])).then_some(ssid)
+}
+
+/// True when `tlvs` is a sequence of whole RFC 8972 TLVs, none of the reserved type 0.
+fn tlvs_well_formed(mut tlvs: &[u8]) -> bool {
+    while !tlvs.is_empty() {
+        let Some(value_len) = tlv_value_len(tlvs) else {
+            return false;
+        };
+        if tlvs[1] == 0 {
+            return false;
+        }
+        tlvs = &tlvs[TLV_HEADER_LEN + value_len..];
+    }
+    true
+}
+
+/// The value length of the TLV at the start of `tlvs`, `None` if its header or value
+/// does not fit.
+fn tlv_value_len(tlvs: &[u8]) -> Option<usize> {
+    let header = tlvs.get(..TLV_HEADER_LEN)?;
+    let value_len = usize::from(read_u16(&header[2..4]));
+    (tlvs.len() - TLV_HEADER_LEN >= value_len).then_some(value_len)
+}
+
+/// Copies the request's TLVs (`request`, from offset 44) into the reply (`out`, same
+/// length), setting each TLV's flags as a Session-Reflector must (RFC 8972 §4): Extra
+/// Padding (type 1) is understood (flags 0); any other type is returned with the U
+/// flag; a TLV whose length runs past the packet (or a 1..3-byte tail) gets the M
+/// flag where there is a flags byte, and the rest is copied unchanged.
+pub fn reflect_tlvs(request: &[u8], out: &mut [u8]) {
+    out.copy_from_slice(request);
+    let mut at = 0;
+    while at < out.len() {
+        match tlv_value_len(&request[at..]) {
+            Some(value_len) => {
+                out[at] = if request[at + 1] == TLV_EXTRA_PADDING {
+                    0
+                } else {
+                    TLV_FLAG_U
+                };
+                at += TLV_HEADER_LEN + value_len;
+            }
+            None => {
+                out[at] = TLV_FLAG_M;
+                return;
+            }
+        }
+    }
+}
+
+/// Whether `len` bytes can be a STAMP Session-Sender packet we send: the 44-byte base
+/// alone, or the base plus one Extra Padding TLV (4-byte header, so at least 48).
+pub fn stamp_len_ok(len: usize) -> bool {
+    len == STAMP_BASE_LEN || (STAMP_BASE_LEN + TLV_HEADER_LEN..=MAX_PACKET_LEN).contains(&len)
+}
+
+/// Writes a STAMP Session-Sender packet of `packet.len` bytes (RFC 8762 §4.2.1 with
+/// RFC 8972 §3's SSID) into `out`: header, SSID, 28 MBZ bytes and, beyond 44 bytes,
+/// one RFC 8972 §4.1 Extra Padding TLV filling the rest. The padding value bytes are
+/// left as the caller put them (as in [`encode_sender`]).
+pub fn encode_stamp_sender(
+    packet: &SenderPacket,
+    ssid: u16,
+    out: &mut [u8],
+) -> Result<usize, TwampError> {
+    if !stamp_len_ok(packet.len) {
+        return Err(TwampError::StampSize { len: packet.len });
+    }
+    encode_sender(packet, out)?;
+    out[14..16].copy_from_slice(&ssid.to_be_bytes());
+    out[16..STAMP_BASE_LEN].fill(0);
+    if packet.len > STAMP_BASE_LEN {
+        let value_len = packet.len - STAMP_BASE_LEN - TLV_HEADER_LEN;
+        // Fits: `packet.len` <= 65507, so the value is shorter than 2^16.
+        let tlv = &mut out[STAMP_BASE_LEN..STAMP_BASE_LEN + TLV_HEADER_LEN];
+        tlv[0] = 0;
+        tlv[1] = TLV_EXTRA_PADDING;
+        tlv[2..4].copy_from_slice(&(value_len as u16).to_be_bytes());
+    }
+    Ok(packet.len)
 }
 
 #[cfg(test)]
@@ -530,7 +681,8 @@ mod tests {
         let parsed = parse_reflector(reply).unwrap();
         assert_eq!(parsed.seq, 7);
         assert_eq!(parsed.sender_seq, 0x0102_0304);
-        assert_eq!(parsed.sender_ttl, 64);
+        assert_eq!(parsed.sender_ttl, Some(64));
+        assert_eq!(parsed.ssid, 0);
         assert_eq!(parsed.receive_timestamp, sample_stamp().receive_timestamp);
         assert_eq!(parsed.timestamp, sample_stamp().send_timestamp);
     }
@@ -556,7 +708,7 @@ mod tests {
             })
         );
         assert!(matches!(
-            parse_reflector(&[0; 40]),
+            parse_reflector(&[0; REFLECTOR_MIN_LEN - 1]),
             Err(TwampError::Truncated { .. })
         ));
         let oversized = vec![0u8; MAX_PACKET_LEN + 1];
@@ -597,6 +749,101 @@ mod tests {
         );
     }
 
+    #[test]
+    fn short_replies_parse_without_ttl() {
+        let mut reply = [0u8; 64];
+        let request = sample_request(64);
+        let len = reflect(&request, &sample_stamp(), &mut reply).unwrap();
+        // The 38-byte layout: everything up to the Sender Error Estimate.
+        let short = parse_reflector(&reply[..REFLECTOR_MIN_LEN]).unwrap();
+        assert_eq!((short.sender_seq, short.sender_ttl), (0x0102_0304, None));
+        assert_eq!(short.receive_timestamp, sample_stamp().receive_timestamp);
+        // 38 bytes plus zero padding: the TTL byte is 0, i.e. not filled in.
+        reply[38..len].fill(0);
+        assert_eq!(parse_reflector(&reply[..len]).unwrap().sender_ttl, None);
+    }
+
+    fn stamp_request_bytes(len: usize, ssid: u16) -> Vec<u8> {
+        let mut request = vec![0x5au8; len];
+        let packet = SenderPacket {
+            len,
+            ..parse_sender(&sample_request(64)).unwrap()
+        };
+        assert_eq!(encode_stamp_sender(&packet, ssid, &mut request), Ok(len));
+        request
+    }
+
+    #[test]
+    fn stamp_sender_layout() {
+        let request = stamp_request_bytes(64, 0xBEEF);
+        assert_eq!(&request[..14], &sample_request(64)[..14]);
+        assert_eq!(&request[14..16], &[0xBE, 0xEF]);
+        assert!(request[16..44].iter().all(|&b| b == 0));
+        // Extra Padding TLV: flags 0, type 1, length 64 - 48 = 16, value untouched.
+        assert_eq!(&request[44..48], &[0, 1, 0, 16]);
+        assert!(request[48..].iter().all(|&b| b == 0x5a));
+        assert_eq!(stamp_request(&request), Some(0xBEEF));
+        assert_eq!(stamp_request_bytes(44, 1).len(), 44);
+        let packet = parse_sender(&request).unwrap();
+        for bad in [43, 45, 47] {
+            assert_eq!(
+                encode_stamp_sender(&SenderPacket { len: bad, ..packet }, 1, &mut [0; 64]),
+                Err(TwampError::StampSize { len: bad })
+            );
+        }
+    }
+
+    #[test]
+    fn stamp_reflection_layout_and_tlv_flags() {
+        let mut request = stamp_request_bytes(44, 0x0102);
+        // Extra Padding (understood), an unknown type 200, then a TLV whose length
+        // runs past the end.
+        request.extend_from_slice(&[0, 1, 0, 2, 0xAA, 0xBB]);
+        request.extend_from_slice(&[0, 200, 0, 1, 0xCC]);
+        let mut out = [0xEEu8; 128];
+        let len = reflect(&request, &sample_stamp(), &mut out).unwrap();
+        assert_eq!(len, request.len(), "symmetric size");
+        let reply = &out[..len];
+        assert_eq!(&reply[14..16], &[0x01, 0x02], "SSID copied");
+        assert_eq!(&reply[38..44], &[0, 0, 64, 0, 0, 0], "MBZ, TTL, MBZ");
+        assert_eq!(&reply[44..50], &[0, 1, 0, 2, 0xAA, 0xBB]);
+        assert_eq!(&reply[50..55], &[TLV_FLAG_U, 200, 0, 1, 0xCC]);
+        let parsed = parse_reflector(reply).unwrap();
+        assert_eq!((parsed.ssid, parsed.sender_ttl), (0x0102, Some(64)));
+
+        request.extend_from_slice(&[0, 1, 0, 9, 1]);
+        let len = reflect(&request, &sample_stamp(), &mut out).unwrap();
+        assert_eq!(
+            &out[55..len],
+            &[TLV_FLAG_M, 1, 0, 9, 1],
+            "malformed: M flag"
+        );
+    }
+
+    #[test]
+    fn twamp_and_stamp_requests_are_told_apart() {
+        // TWAMP-Light with patterned padding: not STAMP, padding copied.
+        assert_eq!(stamp_request(&sample_request(64)), None);
+        // Zero padding of 44 bytes: STAMP with SSID 0, and the reply is exactly the
+        // TWAMP-Light one.
+        let mut zero_padded = sample_request(44);
+        zero_padded[14..].fill(0);
+        assert_eq!(stamp_request(&zero_padded), Some(0));
+        let mut longer = sample_request(64);
+        longer[14..].fill(0);
+        // Longer zero padding reads as reserved TLV type 0: TWAMP-Light, copied as is.
+        assert_eq!(stamp_request(&longer), None);
+        let mut out = [0xEEu8; 64];
+        reflect(&longer, &sample_stamp(), &mut out).unwrap();
+        assert!(out[41..64].iter().all(|&b| b == 0));
+        // Shorter than the STAMP base packet: TWAMP-Light.
+        assert_eq!(stamp_request(&stamp_request_bytes(44, 7)[..43]), None);
+        // A non-zero SSID makes it STAMP even when the TLVs are broken.
+        let mut broken = stamp_request_bytes(44, 7);
+        broken.extend_from_slice(&[0, 1]);
+        assert_eq!(stamp_request(&broken), Some(7));
+    }
+
     proptest! {
         #[test]
         fn ntp_round_trips_nanoseconds(
@@ -627,7 +874,7 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..1600)) {
             let sender = parse_sender(&bytes);
             prop_assert_eq!(sender.is_ok(), bytes.len() >= SENDER_HEADER_LEN);
-            prop_assert_eq!(parse_reflector(&bytes).is_ok(), bytes.len() >= REFLECTOR_HEADER_LEN);
+            prop_assert_eq!(parse_reflector(&bytes).is_ok(), bytes.len() >= REFLECTOR_MIN_LEN);
             let mut out = vec![0u8; 1600];
             match reflect(&bytes, &sample_stamp(), &mut out) {
                 Ok(len) => {

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use common::sh;
 use serde_json::Value;
+use vantage_model::kinds::{capacity::default_spec, Target};
 use vantage_model::throughput::{
     LimitedBy, ThroughputProtocol, ThroughputResult, ThroughputSpec, ThroughputTool,
 };
-use vantage_probe::capacity::{default_spec, run_capacity};
+use vantage_probe::capacity::run_capacity;
 use vantage_probe::iperf3::client::run_iperf3;
 use vantage_probe::iperf3::server::Iperf3Server;
 use vantage_probe::throughput::client::run_native;
@@ -26,9 +27,8 @@ use vantage_probe::throughput::server::{ServiceLimits, ThroughputService};
 const CLIENT_IP: &str = "10.77.1.1";
 const SERVER_IP: &str = "10.77.2.1";
 
-/// Three namespaces, client — router — server, `tbf` at `rate_mbit` on the router's
-/// egress both ways (a remote shaper: the sender sees loss, not socket back-pressure).
-/// Removed on drop.
+/// Three namespaces, client — router — server, `tbf` on the router's egress both ways
+/// (a remote shaper: the sender sees loss, not socket back-pressure). Removed on drop.
 struct ShapedPath {
     client: String,
     router: String,
@@ -36,7 +36,13 @@ struct ShapedPath {
 }
 
 impl ShapedPath {
+    /// `rate_mbit` both ways.
     fn new(rate_mbit: u32) -> Self {
+        Self::asymmetric(rate_mbit, rate_mbit)
+    }
+
+    /// `up_mbit` from client to server, `down_mbit` from server to client.
+    fn asymmetric(up_mbit: u32, down_mbit: u32) -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let prefix = format!(
             "vtput{}n{}",
@@ -106,9 +112,10 @@ impl ShapedPath {
             "-qw",
             "net.ipv4.ip_forward=1",
         ]);
-        // Burst: enough for the timer granularity at the rate, as tc-tbf(8) advises.
-        let burst = if rate_mbit > 100 { "128kb" } else { "64kb" };
-        for dev in ["rs", "rc"] {
+        // "rs" leads to the server (uplink), "rc" back to the client (downlink).
+        for (dev, rate_mbit) in [("rs", up_mbit), ("rc", down_mbit)] {
+            // Burst: enough for the timer granularity at the rate, as tc-tbf(8) advises.
+            let burst = if rate_mbit > 100 { "128kb" } else { "64kb" };
             sh(&[
                 "tc",
                 "-n",
@@ -308,7 +315,10 @@ fn capacity_is_within_3_percent_of_the_shaped_rate() {
     for rate_mbit in [50u32, 200] {
         let path = ShapedPath::new(rate_mbit);
         let servers = Servers::start(&path);
-        let mut spec = default_spec(SERVER_IP, servers.native_port);
+        let mut spec = default_spec(&Target {
+            host: SERVER_IP.to_string(),
+            port: servers.native_port,
+        });
         spec.tcp_duration_us = 2_000_000;
         let result = ShapedPath::in_ns(&path.client, move || run_capacity(&spec, &mut |_| {}))
             .join()
@@ -336,6 +346,34 @@ fn capacity_is_within_3_percent_of_the_shaped_rate() {
             "{s:?}"
         );
         assert!(result.probes.iter().any(|p| p.purpose == "over_rate"));
+    }
+}
+
+/// `reverse` measures the other direction (the downlink, the target sending): on a
+/// 50/200 Mbit/s asymmetric path, forward finds the uplink and reverse the downlink.
+#[test]
+fn capacity_reverse_measures_the_downlink() {
+    let path = ShapedPath::asymmetric(50, 200);
+    let servers = Servers::start(&path);
+    for (reverse, rate_mbit) in [(false, 50u32), (true, 200)] {
+        let mut spec = default_spec(&Target {
+            host: SERVER_IP.to_string(),
+            port: servers.native_port,
+        });
+        spec.tcp_duration_us = 2_000_000;
+        spec.reverse = reverse;
+        let result = ShapedPath::in_ns(&path.client, move || run_capacity(&spec, &mut |_| {}))
+            .join()
+            .unwrap()
+            .unwrap();
+        let s = &result.summary;
+        assert!(
+            within(s.capacity_bps, f64::from(rate_mbit) * 1e6, 0.03),
+            "reverse {reverse}: capacity {} for {rate_mbit} Mbit/s ({result:#?})",
+            s.capacity_bps
+        );
+        assert!(s.verified, "reverse {reverse}: {:#?}", result.probes);
+        assert_eq!(result.spec.reverse, reverse);
     }
 }
 

@@ -1,4 +1,4 @@
-//! Scheduling benchmark (issue 5): N simulated agents, a full mesh of latency
+//! Scheduling benchmark: N simulated agents, a full mesh of latency
 //! every 60 s and of throughput every hour; plans a day in one-hour windows, as
 //! the server's scheduler loop does, and prints the figures.
 //!
@@ -244,7 +244,7 @@ fn main() -> ExitCode {
             n - 1
         );
         println!(
-            "  planned runs one at a time {serial_hours:.1} h (seed 003's serial round-robin)"
+            "  planned runs one at a time {serial_hours:.1} h (the serial round-robin of Chard et al., FGCS 2015)"
         );
         let longest = campaigns.iter().map(|c| c.rounds).max().unwrap_or(0);
         println!(

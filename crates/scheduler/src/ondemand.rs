@@ -1,4 +1,5 @@
-//! On-demand runs requested by apps (seed 000's programmability): "run this
+//! On-demand runs requested by apps (the programmability of Narada Metrics,
+//! Bazan-Antequera et al.): "run this
 //! test between these agents within this window at this priority".
 
 use chrono::{DateTime, Utc};
@@ -6,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use vantage_model::config::{Segment, TestDef};
 
 use crate::plan::{reserve_ms, Planner, RunIdentity, RunPlacement};
+use crate::time::{from_ms, to_ms, to_ms_ceil};
+use crate::types::{AgentInfo, NonStart, PlannedRun};
 use crate::verify::{find_overlaps, Occupancy};
-use crate::{from_ms, to_ms, to_ms_ceil, AgentInfo, NonStart, PlannedRun};
 
 /// Task name recorded on on-demand runs.
 pub const ON_DEMAND_TASK: &str = "on-demand";
@@ -87,7 +89,7 @@ pub fn place_request(
             );
             return Err(Box::new(planner.non_starts.remove(0)));
         }
-        let orientation = match planner.orient(from, to, request.test.test_type) {
+        let orientation = match planner.orient(from, to, request.test.kind) {
             Ok(orientation) => orientation,
             Err(reason) => {
                 planner.non_start(identity, reason);

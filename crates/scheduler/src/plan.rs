@@ -5,15 +5,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use vantage_model::config::{
-    Directions, GroupMembers, SchedulingClass, Segment, Selector, Task, TestDef, TestType,
-    ValidatedConfig,
+    Directions, GroupMembers, SchedulingClass, Segment, Selector, Task, TestDef, ValidatedConfig,
 };
 
+use vantage_model::kinds::KindRef;
+
+use crate::claims::{agent_resource, segment_resource, target_resource, Claim, ClaimMode};
+use crate::rounds;
+use crate::time::{from_ms, to_ms, to_ms_ceil};
 use crate::timeline::{Blocker, ResourceId, Timeline};
-use crate::{
-    agent_resource, from_ms, rounds, segment_resource, stable_hash, to_ms, to_ms_ceil, AgentInfo,
-    CampaignSummary, Claim, ClaimMode, NonStart, Plan, PlannedRun,
-};
+use crate::types::{AgentInfo, CampaignSummary, NonStart, Plan, PlannedRun};
 
 /// Occurrences whose nominal start lies in `[start, end)` are planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +31,8 @@ pub(crate) struct AgentSlot {
     pub accepts_inbound: bool,
     pub capabilities: Option<BTreeSet<String>>,
     pub registered: bool,
+    /// An external host (a group's `targets`), not an agent: only ever a server.
+    pub external: bool,
     /// Membership in each of the configuration's segments.
     pub in_segment: Vec<bool>,
     pub resource: ResourceId,
@@ -123,6 +126,7 @@ impl<'a> Planner<'a> {
             accepts_inbound: agent.accepts_inbound,
             capabilities: agent.capabilities.clone(),
             registered,
+            external: false,
             in_segment,
             resource,
         });
@@ -146,6 +150,29 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// The slot of an external host, created on first use; it is never in a
+    /// segment and holds its own resource.
+    fn target_slot(&mut self, target: &str) -> usize {
+        let key = target_resource(target);
+        if let Some(&index) = self.by_name.get(&key) {
+            return index;
+        }
+        let resource = self.timeline.intern(&key);
+        let index = self.agents.len();
+        self.agents.push(AgentSlot {
+            name: target.to_string(),
+            tags: BTreeMap::new(),
+            accepts_inbound: true,
+            capabilities: None,
+            registered: true,
+            external: true,
+            in_segment: vec![false; self.segments.len()],
+            resource,
+        });
+        self.by_name.insert(key, index);
+        index
+    }
+
     /// Registered agents matched by the selectors, plus named agents that are
     /// not registered; sorted by name.
     fn members(&mut self, selectors: &[Selector]) -> Vec<usize> {
@@ -155,6 +182,7 @@ impl<'a> Planner<'a> {
             .enumerate()
             .filter(|(_, agent)| {
                 agent.registered
+                    && !agent.external
                     && selectors
                         .iter()
                         .any(|selector| selector.matches(&agent.name, &agent.tags))
@@ -222,32 +250,56 @@ impl<'a> Planner<'a> {
                     .collect();
                 rounds::greedy(&flows_with_directions(pairs, directions))
             }
+            // External hosts only answer: one direction, agent to host.
+            GroupMembers::External { agents, targets } => {
+                let agents = self.members(agents);
+                let targets: Vec<usize> = targets
+                    .iter()
+                    .map(|target| self.target_slot(target))
+                    .collect();
+                let pairs: Vec<(usize, usize)> = agents
+                    .iter()
+                    .flat_map(|&agent| targets.iter().map(move |&target| (agent, target)))
+                    .collect();
+                rounds::greedy(&pairs)
+            }
         }
     }
 
-    /// Client = the agent that cannot accept inbound connections; the test
+    /// An agent can take part in a run of `kind`: registered, and offering it.
+    fn check_agent(agent: &AgentSlot, kind: KindRef) -> Result<(), String> {
+        if !agent.registered {
+            return Err(format!("agent '{}' is not registered", agent.name));
+        }
+        if let Some(capabilities) = &agent.capabilities {
+            if !capabilities.contains(kind.as_str()) {
+                let offered: Vec<&str> = capabilities.iter().map(String::as_str).collect();
+                return Err(format!(
+                    "agent '{}' does not offer {} tests (it offers: {})",
+                    agent.name,
+                    kind.as_str(),
+                    offered.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// An external target is always the server. Otherwise:
+    /// client = the agent that cannot accept inbound connections; the test
     /// direction is kept with reverse mode where the test has one.
-    pub fn orient(
-        &self,
-        from: usize,
-        to: usize,
-        test_type: TestType,
-    ) -> Result<Orientation, String> {
+    pub fn orient(&self, from: usize, to: usize, kind: KindRef) -> Result<Orientation, String> {
+        if self.agents[to].external {
+            let client = &self.agents[from];
+            Self::check_agent(client, kind)?;
+            return Ok(Orientation {
+                client: from,
+                server: to,
+                reverse: false,
+            });
+        }
         for agent in [from, to].map(|index| &self.agents[index]) {
-            if !agent.registered {
-                return Err(format!("agent '{}' is not registered", agent.name));
-            }
-            if let Some(capabilities) = &agent.capabilities {
-                if !capabilities.contains(test_type.as_str()) {
-                    let offered: Vec<&str> = capabilities.iter().map(String::as_str).collect();
-                    return Err(format!(
-                        "agent '{}' does not offer {} tests (it offers: {})",
-                        agent.name,
-                        test_type.as_str(),
-                        offered.join(", ")
-                    ));
-                }
-            }
+            Self::check_agent(agent, kind)?;
         }
         if self.agents[to].accepts_inbound {
             Ok(Orientation {
@@ -259,7 +311,7 @@ impl<'a> Planner<'a> {
             Ok(Orientation {
                 client: to,
                 server: from,
-                reverse: test_type == TestType::Throughput,
+                reverse: kind.reversible,
             })
         } else {
             Err(format!(
@@ -334,9 +386,10 @@ impl<'a> Planner<'a> {
             run_id,
             task: task.to_string(),
             test: test.name.clone(),
-            test_type: test.test_type,
+            kind: test.kind,
             client: self.agents[orientation.client].name.clone(),
             server: self.agents[orientation.server].name.clone(),
+            external: self.agents[orientation.server].external,
             reverse: orientation.reverse,
             start: from_ms(start_ms),
             end: from_ms(end_ms),
@@ -419,6 +472,21 @@ fn slip_offset_ms(seed: u64, key: &str, slip_ms: i64) -> i64 {
         return 0;
     }
     (stable_hash(seed, key) % (slip_ms as u64 + 1)) as i64
+}
+
+/// Stable 64-bit hash (FNV-1a with a SplitMix64 finaliser): the same across
+/// platforms and Rust versions, unlike `DefaultHasher`, so slips are reproducible.
+fn stable_hash(seed: u64, text: &str) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64 ^ seed;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash ^= hash >> 30;
+    hash = hash.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash ^= hash >> 27;
+    hash = hash.wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^ (hash >> 31)
 }
 
 fn run_id(task: &str, from: &str, to: &str, occurrence: i64) -> String {
@@ -569,7 +637,7 @@ fn place_single(
         to,
         nominal_ms,
     };
-    let orientation = match planner.orient(from, to, test.test_type) {
+    let orientation = match planner.orient(from, to, test.kind) {
         Ok(orientation) => orientation,
         Err(reason) => return planner.non_start(identity, reason),
     };
@@ -681,7 +749,7 @@ fn place_campaign(
             to,
             nominal_ms,
         };
-        let orientation = match planner.orient(from, to, test.test_type) {
+        let orientation = match planner.orient(from, to, test.kind) {
             Ok(orientation) => orientation,
             Err(reason) => {
                 planner.non_start(identity, reason);

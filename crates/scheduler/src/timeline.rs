@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::ClaimMode;
+use crate::claims::ClaimMode;
 
 /// Index of an interned resource name.
 pub(crate) type ResourceId = usize;

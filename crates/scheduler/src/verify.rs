@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::{Claim, ClaimMode, PlannedRun};
+use crate::claims::{Claim, ClaimMode};
+use crate::types::PlannedRun;
 
 /// A run's time span and claims, e.g. from recorded actual start/end times.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

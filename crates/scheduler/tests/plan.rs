@@ -56,6 +56,7 @@ members = ["*"]
 [[tests]]
 name = "rtt"
 type = "latency"
+spec = { interval = "100ms", timeout = "1s" }
 
 [[tasks]]
 name = "ping-mesh"
@@ -221,6 +222,7 @@ pairs = [["a", "b"], ["a", "ghost"]]
 [[tests]]
 name = "rtt"
 type = "latency"
+spec = { interval = "100ms", timeout = "1s" }
 
 [[tasks]]
 name = "t"
@@ -582,4 +584,93 @@ fn a_campaign_longer_than_its_period_reports_the_rounds_that_do_not_fit() {
         );
     }
     assert!(plan.runs.iter().all(|run| run.end <= at(60)));
+}
+
+#[test]
+fn external_targets_are_servers_and_hold_their_own_resource() {
+    let config = config(
+        r#"
+[[groups]]
+name = "to-iperf"
+kind = "external"
+members = ["*"]
+targets = ["iperf.example.net:5201", "192.0.2.7"]
+
+[[tests]]
+name = "bulk"
+type = "throughput"
+spec = { tool = "iperf3", duration = "5s" }
+
+[[tasks]]
+name = "public-iperf"
+test = "bulk"
+group = "to-iperf"
+every = "1h"
+slip = "10m"
+"#,
+    );
+    // b is behind NAT: it can still be the client of an external host.
+    let fleet = vec![
+        agent("a", true, &[]),
+        agent("b", false, &[]),
+        agent("c", true, &[]),
+    ];
+    let plan = plan(&config, &fleet, window(0, 3600), &[], 1);
+    assert!(plan.non_starts.is_empty(), "{:?}", plan.non_starts);
+    // Each agent measures each host once, in one direction only.
+    assert_eq!(plan.runs.len(), 6);
+    for run in &plan.runs {
+        assert!(run.external, "{run:?}");
+        assert!(["a", "b", "c"].contains(&run.client.as_str()), "{run:?}");
+        assert!(!run.reverse);
+        let resources: Vec<&str> = run.claims.iter().map(|c| c.resource.as_str()).collect();
+        assert_eq!(
+            resources,
+            vec![
+                format!("agent:{}", run.client).as_str(),
+                format!("target:{}", run.server).as_str()
+            ]
+        );
+    }
+    // Exclusive runs towards one iperf3 server never overlap, whichever agent runs them.
+    assert!(overlaps(&plan.runs).is_empty());
+    let to_first: Vec<&PlannedRun> = plan
+        .runs
+        .iter()
+        .filter(|run| run.server == "iperf.example.net:5201")
+        .collect();
+    assert_eq!(to_first.len(), 3);
+}
+
+#[test]
+fn external_groups_refuse_both_directions_and_bad_hosts() {
+    let text = r#"
+[[groups]]
+name = "ext"
+kind = "external"
+members = ["*"]
+targets = ["ok.example.net", "bad host", "h:0"]
+
+[[tests]]
+name = "bulk"
+type = "throughput"
+
+[[tasks]]
+name = "t"
+test = "bulk"
+group = "ext"
+every = "1h"
+directions = "both"
+"#;
+    let errors = load_config("test.toml", text).unwrap_err();
+    let paths: Vec<&str> = errors.iter().map(|error| error.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        vec![
+            "groups[0].targets[1]",
+            "groups[0].targets[2]",
+            "tasks[0].directions"
+        ],
+        "{errors:?}"
+    );
 }

@@ -125,7 +125,10 @@ pub struct RunRecord {
     /// Name of the test definition in the configuration.
     pub test_name: String,
     pub client: String,
+    /// The server agent's name, or the external host as written in the group.
     pub server: String,
+    /// The external host (HOST or HOST:PORT) when the server side is not an agent.
+    pub target: Option<String>,
     pub spec: serde_json::Value,
     /// Holds both agents (and any declared segment) exclusively.
     pub exclusive: bool,
@@ -142,34 +145,15 @@ pub struct RunRecord {
     pub reason: Option<String>,
 }
 
-/// Summary metrics indexed next to each raw result; the names are the query API's `metric`.
-pub const METRICS: &[&str] = &[
-    "rtt_min_us",
-    "rtt_median_us",
-    "rtt_p95_us",
-    "loss_ratio",
-    "jitter_us",
-    "sent_bps",
-    "received_bps",
-    "retransmits",
-];
-
-/// Extracts the indexed metrics from a result document following the JSON contracts
-/// (latency: `summary.rtt_us.*`, `summary.loss_ratio`, `summary.jitter_us.rfc3550`;
-/// throughput: `summary.sent_bps`, `summary.received_bps`, `summary.retransmits`).
-pub fn summary_metrics(result: &serde_json::Value) -> [Option<f64>; 8] {
-    let summary = &result["summary"];
-    let number = |value: &serde_json::Value| value.as_f64();
-    [
-        number(&summary["rtt_us"]["min"]),
-        number(&summary["rtt_us"]["median"]),
-        number(&summary["rtt_us"]["p95"]),
-        number(&summary["loss_ratio"]),
-        number(&summary["jitter_us"]["rfc3550"]),
-        number(&summary["sent_bps"]),
-        number(&summary["received_bps"]),
-        number(&summary["retransmits"]),
-    ]
+/// The summary metrics of a result document, by its test kind's declaration
+/// (`vantage_model::kinds`); stored one row per run and name, queried by name.
+pub fn summary_metrics(test: &str, result: &serde_json::Value) -> BTreeMap<String, f64> {
+    vantage_model::kinds::find(test)
+        .map(|kind| kind.summary(result))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect()
 }
 
 /// A stored result with its indexed metrics and (optionally) the raw document.
@@ -363,9 +347,9 @@ impl Archive {
         let now = now_us();
         sqlx::query(
             "INSERT INTO agents (name, addresses, endpoint_port, tags, capabilities, accepts_inbound, \
-             registered_us, last_seen_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             registered_us, last_seen_us, iperf3_port) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (name) DO UPDATE SET addresses = excluded.addresses, \
-             endpoint_port = excluded.endpoint_port, tags = excluded.tags, \
+             endpoint_port = excluded.endpoint_port, iperf3_port = excluded.iperf3_port, tags = excluded.tags, \
              capabilities = excluded.capabilities, accepts_inbound = excluded.accepts_inbound, \
              last_seen_us = excluded.last_seen_us",
         )
@@ -377,6 +361,7 @@ impl Archive {
         .bind(i64::from(agent.accepts_inbound))
         .bind(now)
         .bind(now)
+        .bind(agent.iperf3_port.map(i64::from))
         .execute(&self.pool)
         .await
         .map_err(sql("registering an agent"))?;
@@ -396,7 +381,7 @@ impl Archive {
 
     pub async fn agents(&self) -> Result<Vec<AgentRecord>, ArchiveError> {
         let rows = sqlx::query(
-            "SELECT name, addresses, endpoint_port, tags, capabilities, accepts_inbound, \
+            "SELECT name, addresses, endpoint_port, iperf3_port, tags, capabilities, accepts_inbound, \
              registered_us, last_seen_us FROM agents ORDER BY name",
         )
         .fetch_all(&self.pool)
@@ -502,8 +487,8 @@ impl Archive {
         for run in runs {
             let done = sqlx::query(
                 "INSERT INTO runs (id, task, test, test_name, client, server, spec, exclusive, reverse, priority, \
-                 claims, planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason, created_us) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+                 claims, planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason, created_us, target) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
                  ON CONFLICT (id) DO NOTHING",
             )
             .bind(&run.id)
@@ -524,6 +509,7 @@ impl Archive {
             .bind(run.state.as_str())
             .bind(run.reason.as_deref())
             .bind(now)
+            .bind(run.target.as_deref())
             .execute(&mut *tx)
             .await
             .map_err(sql("storing runs"))?;
@@ -725,7 +711,7 @@ impl Archive {
             }
             let (raw, metrics) = match (&upload.outcome, &upload.result) {
                 (RunOutcome::Completed, Some(result)) => {
-                    (result.to_string(), summary_metrics(result))
+                    (result.to_string(), summary_metrics(&run.test, result))
                 }
                 (RunOutcome::Completed, None) => {
                     outcomes.push(Err(IngestRefusal::MissingResult(upload.run_id.clone())));
@@ -736,7 +722,7 @@ impl Archive {
                         .as_ref()
                         .map(|r| r.to_string())
                         .unwrap_or_else(|| "null".into()),
-                    [None; 8],
+                    BTreeMap::new(),
                 ),
             };
             let outcome = match upload.outcome {
@@ -745,12 +731,10 @@ impl Archive {
             };
             let start_us = to_us(upload.actual_start);
             let end_us = to_us(upload.actual_end);
-            // sqlx 0.8's Any driver declares a NULL f64 as float4 on PostgreSQL, so a
-            // statement cached with a NULL metric rejects a later f64 in that place. Absent
-            // metrics are therefore written as literal NULLs: each pattern of present
-            // metrics (latency, throughput, failed) is its own consistently typed statement.
-            let insert_text = results_insert(&metrics);
-            let mut insert = sqlx::query(&insert_text)
+            let insert = sqlx::query(
+                "INSERT INTO results (run_id, test, client, server, start_us, end_us, received_us, outcome, error, raw) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (run_id) DO NOTHING",
+            )
                 .bind(&run.id)
                 .bind(&run.test)
                 .bind(&run.client)
@@ -761,9 +745,6 @@ impl Archive {
                 .bind(outcome)
                 .bind(upload.error.as_deref())
                 .bind(raw);
-            for value in metrics.into_iter().flatten() {
-                insert = insert.bind(value);
-            }
             let done = insert
                 .execute(&mut *tx)
                 .await
@@ -771,6 +752,31 @@ impl Archive {
             if done.rows_affected() == 0 {
                 outcomes.push(Ok((Ingest::Duplicate, run)));
                 continue;
+            }
+            if !metrics.is_empty() {
+                let rows: Vec<String> = (0..metrics.len())
+                    .map(|index| {
+                        let first = 6 + 2 * index;
+                        format!("($1, ${first}, ${}, $2, $3, $4, $5)", first + 1)
+                    })
+                    .collect();
+                let text = format!(
+                    "INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) VALUES {}",
+                    rows.join(", ")
+                );
+                let mut insert = sqlx::query(&text)
+                    .bind(&run.id)
+                    .bind(start_us)
+                    .bind(&run.client)
+                    .bind(&run.server)
+                    .bind(&run.test);
+                for (name, value) in &metrics {
+                    insert = insert.bind(name.as_str()).bind(*value);
+                }
+                insert
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("ingesting results"))?;
             }
             sqlx::query(
                 "UPDATE runs SET state = $1, actual_start_us = $2, actual_end_us = $3, reason = $4 WHERE id = $5",
@@ -795,11 +801,10 @@ impl Archive {
 
     pub async fn results(&self, filter: &ResultFilter) -> Result<Vec<StoredResult>, ArchiveError> {
         let raw_column = if filter.include_raw { ", raw" } else { "" };
-        let (clause, binds) = result_where(filter);
+        let (clause, binds) = result_where(filter, "");
         let text = format!(
-            "SELECT run_id, test, client, server, start_us, end_us, outcome, error, {metrics}{raw_column} \
+            "SELECT run_id, test, client, server, start_us, end_us, outcome, error{raw_column} \
              FROM results {clause} ORDER BY start_us DESC LIMIT {limit}",
-            metrics = METRICS.join(", "),
             limit = filter.limit.max(1)
         );
         let mut query = sqlx::query(&text);
@@ -810,26 +815,63 @@ impl Archive {
             .fetch_all(&self.pool)
             .await
             .map_err(sql("querying results"))?;
-        rows.iter()
+        let results = rows
+            .iter()
             .map(|row| result_from_row(row, filter.include_raw))
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        self.with_metrics(results).await
+    }
+
+    /// Fills in the stored metrics of each result.
+    async fn with_metrics(
+        &self,
+        mut results: Vec<StoredResult>,
+    ) -> Result<Vec<StoredResult>, ArchiveError> {
+        // Bounded IN lists: one query per chunk of run ids.
+        for chunk in results.chunks_mut(500) {
+            let placeholders: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
+            let text = format!(
+                "SELECT run_id, name, value FROM result_metrics WHERE run_id IN ({})",
+                placeholders.join(", ")
+            );
+            let mut query = sqlx::query(&text);
+            for result in chunk.iter() {
+                query = query.bind(result.run_id.as_str());
+            }
+            let rows = query
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql("reading result metrics"))?;
+            let mut by_run: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+            for row in &rows {
+                by_run
+                    .entry(row.get("run_id"))
+                    .or_default()
+                    .insert(row.get("name"), row.get("value"));
+            }
+            for result in chunk.iter_mut() {
+                result.metrics = by_run.remove(&result.run_id).unwrap_or_default();
+            }
+        }
+        Ok(results)
     }
 
     /// `metric` downsampled into `bucket_us`-wide buckets over `[from_us, to_us)`.
-    /// `metric` must be one of [`METRICS`] (the caller checks, the name is spliced into SQL).
+    /// `metric` is a metric name of some test kind (bound, not spliced).
     pub async fn series(
         &self,
         filter: &ResultFilter,
         metric: &str,
         bucket_us: i64,
     ) -> Result<Vec<SeriesBucket>, ArchiveError> {
-        assert!(METRICS.contains(&metric), "metric names come from METRICS");
         let origin_us = filter.from_us.unwrap_or(0);
-        let (clause, binds) = result_where(filter);
+        // One index range scan of result_metrics (name, client, server, test, start).
+        let (clause, binds) = result_where(filter, "");
+        let metric_bind = binds.len() + 1;
         let text = format!(
-            "SELECT (start_us - {origin_us}) / {bucket} AS bucket, COUNT({metric}) AS n, AVG({metric}) AS avg_value, \
-             MIN({metric}) AS min_value, MAX({metric}) AS max_value FROM results {clause} \
-             {and} {metric} IS NOT NULL GROUP BY bucket ORDER BY bucket",
+            "SELECT (start_us - {origin_us}) / {bucket} AS bucket, COUNT(value) AS n, AVG(value) AS avg_value, \
+             MIN(value) AS min_value, MAX(value) AS max_value FROM result_metrics {clause} \
+             {and} name = ${metric_bind} GROUP BY bucket ORDER BY bucket",
             bucket = bucket_us.max(1),
             and = if clause.is_empty() { "WHERE" } else { "AND" },
         );
@@ -838,6 +880,7 @@ impl Archive {
             query = bind.apply(query);
         }
         let rows = query
+            .bind(metric)
             .fetch_all(&self.pool)
             .await
             .map_err(sql("querying a series"))?;
@@ -853,21 +896,78 @@ impl Archive {
             .collect())
     }
 
+    /// The raw document of the newest completed result of (client, server, test)
+    /// that started before `before_us`, with its run id.
+    pub async fn previous_result(
+        &self,
+        client: &str,
+        server: &str,
+        test: &str,
+        before_us: i64,
+    ) -> Result<Option<(String, serde_json::Value)>, ArchiveError> {
+        let row = sqlx::query(
+            "SELECT run_id, raw FROM results WHERE client = $1 AND server = $2 AND test = $3 \
+             AND start_us < $4 AND outcome = 'completed' ORDER BY start_us DESC LIMIT 1",
+        )
+        .bind(client)
+        .bind(server)
+        .bind(test)
+        .bind(before_us)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql("reading the previous result"))?;
+        row.map(|row| {
+            Ok((
+                row.get("run_id"),
+                parse_json("result", &row.get::<String, _>("raw"))?,
+            ))
+        })
+        .transpose()
+    }
+
+    /// Stores a metric an analysis derived for a stored result (replacing an earlier
+    /// value of the same name).
+    pub async fn add_metric(
+        &self,
+        run: &RunRecord,
+        name: &str,
+        value: f64,
+        start_us: i64,
+    ) -> Result<(), ArchiveError> {
+        sqlx::query(
+            "INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value",
+        )
+        .bind(&run.id)
+        .bind(name)
+        .bind(value)
+        .bind(start_us)
+        .bind(&run.client)
+        .bind(&run.server)
+        .bind(&run.test)
+        .execute(&self.pool)
+        .await
+        .map_err(sql("storing a derived metric"))?;
+        Ok(())
+    }
+
     /// The newest result of each (client, server, test).
     pub async fn latest_per_pair(&self) -> Result<Vec<StoredResult>, ArchiveError> {
-        let text = format!(
-            "SELECT r.run_id, r.test, r.client, r.server, r.start_us, r.end_us, r.outcome, r.error, {metrics} \
+        let rows = sqlx::query(
+            "SELECT r.run_id, r.test, r.client, r.server, r.start_us, r.end_us, r.outcome, r.error \
              FROM results r JOIN (SELECT client, server, test, MAX(start_us) AS newest FROM results \
              WHERE outcome = 'completed' GROUP BY client, server, test) n ON r.client = n.client AND \
              r.server = n.server AND r.test = n.test AND r.start_us = n.newest WHERE r.outcome = 'completed' \
              ORDER BY r.client, r.server, r.test",
-            metrics = METRICS.iter().map(|m| format!("r.{m}")).collect::<Vec<_>>().join(", ")
-        );
-        let rows = sqlx::query(&text)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(sql("reading the latest results"))?;
-        rows.iter().map(|row| result_from_row(row, false)).collect()
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading the latest results"))?;
+        let results = rows
+            .iter()
+            .map(|row| result_from_row(row, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.with_metrics(results).await
     }
 
     // ---- app metrics -----------------------------------------------------------
@@ -968,7 +1068,14 @@ impl Archive {
             }
         };
         Ok(RetentionReport {
-            results: delete("DELETE FROM results WHERE start_us < $1").await?,
+            results: {
+                // Through the results' time index: result_metrics has only the series index.
+                delete(
+                    "DELETE FROM result_metrics WHERE run_id IN (SELECT run_id FROM results WHERE start_us < $1)",
+                )
+                .await?;
+                delete("DELETE FROM results WHERE start_us < $1").await?
+            },
             runs: delete(
                 "DELETE FROM runs WHERE planned_end_us < $1 AND state NOT IN ('scheduled', 'dispatched')",
             )
@@ -1029,29 +1136,8 @@ impl Archive {
     }
 }
 
-const RUN_COLUMNS: &str = "id, task, test, test_name, client, server, spec, exclusive, reverse, priority, claims, \
+const RUN_COLUMNS: &str = "id, task, test, test_name, client, server, target, spec, exclusive, reverse, priority, claims, \
                            planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason";
-
-/// The results INSERT for a given pattern of present metrics (see `ingest_batch`).
-fn results_insert(metrics: &[Option<f64>; 8]) -> String {
-    let mut next = 10;
-    let values: Vec<String> = metrics
-        .iter()
-        .map(|metric| match metric {
-            Some(_) => {
-                next += 1;
-                format!("${next}")
-            }
-            None => "NULL".to_string(),
-        })
-        .collect();
-    format!(
-        "INSERT INTO results (run_id, test, client, server, start_us, end_us, received_us, outcome, error, raw, \
-         {}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {}) ON CONFLICT (run_id) DO NOTHING",
-        METRICS.join(", "),
-        values.join(", ")
-    )
-}
 
 fn to_json_text(value: &impl Serialize) -> String {
     serde_json::to_string(value).expect("plain data serialises")
@@ -1069,6 +1155,7 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, ArchiveError> {
         test_name: row.get("test_name"),
         client: row.get("client"),
         server: row.get("server"),
+        target: row.get("target"),
         spec: parse_json("run spec", &row.get::<String, _>("spec"))?,
         exclusive: row.get::<i64, _>("exclusive") != 0,
         reverse: row.get::<i64, _>("reverse") != 0,
@@ -1102,6 +1189,9 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, ArchiveError> {
             name: row.get("name"),
             addresses: decode(row, "agent addresses", "addresses")?,
             endpoint_port: u16::try_from(row.get::<i64, _>("endpoint_port")).unwrap_or(0),
+            iperf3_port: row
+                .get::<Option<i64>, _>("iperf3_port")
+                .and_then(|port| u16::try_from(port).ok()),
             tags: decode(row, "agent tags", "tags")?,
             capabilities: decode(row, "agent capabilities", "capabilities")?,
             accepts_inbound: row.get::<i64, _>("accepts_inbound") != 0,
@@ -1112,15 +1202,6 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, ArchiveError> {
 }
 
 fn result_from_row(row: &AnyRow, with_raw: bool) -> Result<StoredResult, ArchiveError> {
-    let metrics = METRICS
-        .iter()
-        .filter_map(|name| {
-            row.try_get::<Option<f64>, _>(*name)
-                .ok()
-                .flatten()
-                .map(|value| (name.to_string(), value))
-        })
-        .collect();
     Ok(StoredResult {
         run_id: row.get("run_id"),
         test: row.get("test"),
@@ -1130,7 +1211,7 @@ fn result_from_row(row: &AnyRow, with_raw: bool) -> Result<StoredResult, Archive
         end_time: from_us(row.get("end_us")),
         outcome: row.get("outcome"),
         error: row.get("error"),
-        metrics,
+        metrics: BTreeMap::new(),
         result: if with_raw {
             Some(parse_json("result", &row.get::<String, _>("raw"))?)
         } else {
@@ -1157,12 +1238,14 @@ impl Bind {
     }
 }
 
-fn result_where(filter: &ResultFilter) -> (String, Vec<Bind>) {
+/// The WHERE clause of a result filter; `table` qualifies the columns (`r.`) when
+/// the query joins.
+fn result_where(filter: &ResultFilter, table: &str) -> (String, Vec<Bind>) {
     let mut conditions = Vec::new();
     let mut binds = Vec::new();
     let mut push = |condition: &str, bind: Bind| {
         binds.push(bind);
-        conditions.push(format!("{condition} ${}", binds.len()));
+        conditions.push(format!("{table}{condition} ${}", binds.len()));
     };
     if let Some(client) = &filter.client {
         push("client =", Bind::Text(client.clone()));

@@ -12,14 +12,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch, Semaphore};
 use vantage_model::config::{ArchiverTarget, ValidatedConfig};
 
-use crate::api::ServerState;
-use crate::archive::StoredResult;
+use crate::archive::{Archive, StoredResult};
+use crate::ingest::{NewResult, ResultConsumer};
 
 /// Results waiting for delivery; beyond this they are counted as dropped.
 const QUEUE_CAPACITY: usize = 10_000;
@@ -49,7 +50,8 @@ pub struct DeliveryCounts {
     pub dropped: u64,
 }
 
-/// The sending side, held by the server state.
+/// The sending side: an ingest consumer, and the counts `/metrics` reports.
+#[derive(Clone)]
 pub struct ArchiverQueue {
     sender: mpsc::Sender<Delivery>,
     counts: Arc<Mutex<BTreeMap<String, DeliveryCounts>>>,
@@ -81,6 +83,24 @@ impl ArchiverQueue {
     }
 }
 
+/// Each newly stored result is queued for its task's file and HTTP archivers.
+impl ResultConsumer for ArchiverQueue {
+    fn name(&self) -> &'static str {
+        "archivers"
+    }
+
+    fn consume<'a>(&'a self, result: &'a NewResult<'a>) -> BoxFuture<'a, ()> {
+        self.offer(Delivery {
+            task: result.run.task.clone(),
+            result: StoredResult {
+                result: result.upload.result.clone(),
+                ..result.summary.clone()
+            },
+        });
+        Box::pin(std::future::ready(()))
+    }
+}
+
 fn record(
     counts: &Mutex<BTreeMap<String, DeliveryCounts>>,
     archiver: &str,
@@ -97,7 +117,8 @@ fn record(
 
 /// Delivers queued results until `stopped` turns true.
 pub async fn run(
-    state: Arc<ServerState>,
+    archive: Archive,
+    queue: ArchiverQueue,
     mut receiver: mpsc::Receiver<Delivery>,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -119,7 +140,7 @@ pub async fn run(
             .as_ref()
             .is_none_or(|(read_at, _)| read_at.elapsed() >= CONFIG_REFRESH)
         {
-            let current = match crate::planner::current_config(&state).await {
+            let current = match crate::config_store::current(&archive).await {
                 Ok(current) => current.map(|(_, validated)| validated),
                 Err(error) => {
                     tracing::warn!("archivers cannot read the configuration: {error}");
@@ -159,14 +180,14 @@ pub async fn run(
                 ArchiverTarget::Database => {} // filtered out above
                 ArchiverTarget::File { path } => {
                     let outcome = append_line(path, &document).await;
-                    finish(&state, name, &delivery.result.run_id, outcome);
+                    finish(&queue, name, &delivery.result.run_id, outcome);
                 }
                 ArchiverTarget::Http { url } => {
                     let Ok(slot) = Arc::clone(&http_slots).acquire_owned().await else {
                         return;
                     };
-                    let (state, http, url, name, document) = (
-                        Arc::clone(&state),
+                    let (queue, http, url, name, document) = (
+                        queue.clone(),
                         http.clone(),
                         url.clone(),
                         name.clone(),
@@ -175,7 +196,7 @@ pub async fn run(
                     let run_id = delivery.result.run_id.clone();
                     tokio::spawn(async move {
                         let outcome = post_with_retries(&http, &url, document).await;
-                        finish(&state, &name, &run_id, outcome);
+                        finish(&queue, &name, &run_id, outcome);
                         drop(slot);
                     });
                 }
@@ -184,12 +205,12 @@ pub async fn run(
     }
 }
 
-fn finish(state: &ServerState, archiver: &str, run_id: &str, outcome: Result<(), String>) {
+fn finish(queue: &ArchiverQueue, archiver: &str, run_id: &str, outcome: Result<(), String>) {
     match outcome {
-        Ok(()) => record(&state.archivers.counts, archiver, |c| c.delivered += 1),
+        Ok(()) => record(&queue.counts, archiver, |c| c.delivered += 1),
         Err(error) => {
             tracing::warn!(archiver, run_id, "archiver delivery failed: {error}");
-            record(&state.archivers.counts, archiver, |c| c.failed += 1);
+            record(&queue.counts, archiver, |c| c.failed += 1);
         }
     }
 }

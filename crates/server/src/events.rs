@@ -3,13 +3,78 @@
 //! Events are fanned out within one server process; with several replicas a
 //! subscriber sees what the replica it is connected to ingests.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::RwLock;
 
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use serde::Serialize;
+use tokio::sync::broadcast;
 use vantage_model::control::AppMetric;
 
-use crate::archive::StoredResult;
+use crate::archive::{AgentRecord, StoredResult};
+use crate::ingest::{NewResult, ResultConsumer};
+
+/// The live event bus of one server process, and the agent tags result events carry.
+pub struct EventBus {
+    sender: broadcast::Sender<Event>,
+    /// Agent tags by name; refreshed on registration.
+    agent_tags: RwLock<HashMap<String, BTreeMap<String, String>>>,
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        EventBus {
+            sender: broadcast::channel(4096).0,
+            agent_tags: RwLock::default(),
+        }
+    }
+}
+
+impl EventBus {
+    /// Publishes an event; having no subscriber is fine.
+    pub fn publish(&self, event: Event) {
+        let _ = self.sender.send(event);
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.sender.subscribe()
+    }
+
+    pub fn set_agents(&self, agents: &[AgentRecord]) {
+        let mut tags = self.agent_tags.write().expect("tag cache lock");
+        tags.clear();
+        for agent in agents {
+            tags.insert(
+                agent.registration.name.clone(),
+                agent.registration.tags.clone(),
+            );
+        }
+    }
+
+    /// The client's and server's tags merged (the server's win on conflict).
+    fn pair_tags(&self, client: &str, server: &str) -> BTreeMap<String, String> {
+        let tags = self.agent_tags.read().expect("tag cache lock");
+        let mut merged = tags.get(client).cloned().unwrap_or_default();
+        merged.extend(tags.get(server).cloned().unwrap_or_default());
+        merged
+    }
+}
+
+/// Every stored result becomes a `result` event (without the raw document).
+impl ResultConsumer for std::sync::Arc<EventBus> {
+    fn name(&self) -> &'static str {
+        "events"
+    }
+
+    fn consume<'a>(&'a self, result: &'a NewResult<'a>) -> BoxFuture<'a, ()> {
+        self.publish(Event::Result {
+            agent_tags: self.pair_tags(&result.run.client, &result.run.server),
+            result: result.summary.clone(),
+        });
+        Box::pin(std::future::ready(()))
+    }
+}
 
 /// One live event; `kind` tells which.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -46,7 +111,8 @@ pub struct Alert {
 }
 
 impl Event {
-    fn kind(&self) -> &'static str {
+    /// The SSE event name.
+    pub fn kind(&self) -> &'static str {
         match self {
             Event::Result { .. } => "result",
             Event::AppMetric { .. } => "app_metric",

@@ -4,11 +4,16 @@
 pub mod api;
 pub mod archive;
 pub mod archivers;
+pub mod config_store;
+pub mod dispatch;
 pub mod events;
+pub mod ingest;
 pub mod openapi;
 pub mod openmetrics;
+pub mod path_changes;
 pub mod planner;
 pub mod service;
+pub mod state;
 
 /// A fresh random bearer token (256 bits, hex).
 pub fn new_token() -> String {

@@ -12,66 +12,6 @@ use crate::archivers::DeliveryCounts;
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// (archive metric, exported family, unit, scale to the unit, help)
-const FAMILIES: &[(&str, &str, &str, f64, &str)] = &[
-    (
-        "rtt_min_us",
-        "vantage_rtt_min_seconds",
-        "seconds",
-        1e-6,
-        "Minimum round-trip time of the latest run.",
-    ),
-    (
-        "rtt_median_us",
-        "vantage_rtt_median_seconds",
-        "seconds",
-        1e-6,
-        "Median round-trip time of the latest run.",
-    ),
-    (
-        "rtt_p95_us",
-        "vantage_rtt_p95_seconds",
-        "seconds",
-        1e-6,
-        "95th percentile round-trip time of the latest run.",
-    ),
-    (
-        "jitter_us",
-        "vantage_jitter_seconds",
-        "seconds",
-        1e-6,
-        "RFC 3550 jitter of the latest run.",
-    ),
-    (
-        "loss_ratio",
-        "vantage_loss_ratio",
-        "ratio",
-        1.0,
-        "Fraction of probes lost in the latest run.",
-    ),
-    (
-        "sent_bps",
-        "vantage_sent_bits_per_second",
-        "bits_per_second",
-        1.0,
-        "Sender throughput of the latest run.",
-    ),
-    (
-        "received_bps",
-        "vantage_received_bits_per_second",
-        "bits_per_second",
-        1.0,
-        "Receiver throughput of the latest run.",
-    ),
-    (
-        "retransmits",
-        "vantage_retransmits",
-        "",
-        1.0,
-        "TCP retransmissions in the latest run.",
-    ),
-];
-
 fn escape_label(value: &str) -> String {
     value
         .replace('\\', "\\\\")
@@ -82,14 +22,16 @@ fn escape_label(value: &str) -> String {
 /// Renders the exposition; pairs without a metric are simply absent from that family.
 pub fn render(latest: &[StoredResult], archivers: &BTreeMap<String, DeliveryCounts>) -> String {
     let mut text = String::new();
-    for (metric, family, unit, scale, help) in FAMILIES {
+    // Families come from the test kinds' metric declarations (`vantage_model::kinds`).
+    for metric in vantage_model::kinds::metrics() {
+        let (family, unit, help) = (metric.family, metric.unit, metric.help);
         let samples: Vec<_> = latest
             .iter()
             .filter_map(|result| {
                 result
                     .metrics
-                    .get(*metric)
-                    .map(|value| (result, value * scale))
+                    .get(metric.name)
+                    .map(|value| (result, value * metric.scale))
             })
             .collect();
         if samples.is_empty() {

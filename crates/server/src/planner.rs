@@ -14,18 +14,18 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sha2::Digest;
 use tokio::sync::watch;
-use vantage_model::config::{
-    validate, MeasurementConfig, TestConfig, TestDef, TestType, ValidatedConfig,
-};
+use vantage_model::config::{validate, MeasurementConfig, TestConfig, TestDef, ValidatedConfig};
 use vantage_model::control::RunRequest;
+use vantage_model::kinds::KindRef;
 use vantage_scheduler::{
     place_request, plan, AgentInfo, ClaimMode, NonStart, OnDemandRequest, PlanWindow, PlannedRun,
     RequestOutcome,
 };
 
-use crate::api::ServerState;
 use crate::archive::{from_us, now_us, to_us, ArchiveError, RunRecord, RunState};
+use crate::config_store;
 use crate::events::{Alert, Event};
+use crate::state::ServerState;
 
 #[derive(Debug, Clone)]
 pub struct PlannerOptions {
@@ -61,16 +61,6 @@ const LEASE: &str = "scheduler";
 
 fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
-}
-
-/// Validates a configuration document (JSON form of `MeasurementConfig`); every
-/// problem comes back as `path: message`.
-pub fn validate_config(document: &serde_json::Value) -> Result<(), Vec<String>> {
-    let config: MeasurementConfig = serde_path_to_error::deserialize(document)
-        .map_err(|error| vec![format!("{}: {}", error.path(), error.inner())])?;
-    validate(&config)
-        .map(drop)
-        .map_err(|errors| errors.iter().map(ToString::to_string).collect())
 }
 
 /// Runs ticks until `stopped` turns true. Errors are logged and retried next tick
@@ -120,7 +110,7 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
             time: chrono::Utc::now(),
         }));
     }
-    let config = current_config(state).await?;
+    let config = config_store::current(&state.archive).await?;
     let agents: Vec<AgentInfo> = archive
         .agents()
         .await?
@@ -168,28 +158,6 @@ fn plan_basis(version: i64, agents: &[AgentInfo]) -> i64 {
     )
 }
 
-/// The applied configuration, validated (it was validated when applied; a document
-/// that no longer validates after an upgrade is reported and ignored).
-pub(crate) async fn current_config(
-    state: &ServerState,
-) -> Result<Option<(i64, ValidatedConfig)>, ArchiveError> {
-    let Some((version, document)) = state.archive.current_config().await? else {
-        return Ok(None);
-    };
-    let parsed: Result<MeasurementConfig, String> =
-        serde_json::from_value(document).map_err(|error| error.to_string());
-    match parsed.and_then(|config| validate(&config).map_err(|errors| format!("{errors:?}"))) {
-        Ok(validated) => Ok(Some((version, validated))),
-        Err(error) => {
-            tracing::error!(
-                version,
-                "stored configuration is invalid, not planning: {error}"
-            );
-            Ok(None)
-        }
-    }
-}
-
 /// Runs already stored that may hold resources in `[from_us, to_us)`, as the scheduler
 /// sees them. Runs already handed to agents cannot be moved or cancelled, so they are
 /// given the highest priority (on-demand requests never preempt them).
@@ -204,14 +172,15 @@ async fn existing_runs(
         .await?
         .into_iter()
         .filter_map(|run| {
-            let test_type: TestType =
+            let kind: KindRef =
                 serde_json::from_value(serde_json::Value::String(run.test.clone())).ok()?;
             Some(PlannedRun {
                 run_id: run.id,
                 task: run.task,
                 test: run.test_name,
-                test_type,
+                kind,
                 client: run.client,
+                external: run.target.is_some(),
                 server: run.server,
                 reverse: run.reverse,
                 start: from_us(run.planned_start_us),
@@ -237,9 +206,10 @@ fn planned_record(run: PlannedRun) -> RunRecord {
             .any(|claim| claim.mode == ClaimMode::Exclusive),
         id: run.run_id,
         task: run.task,
-        test: run.test_type.as_str().to_string(),
+        test: run.kind.as_str().to_string(),
         test_name: run.test,
         client: run.client,
+        target: run.external.then(|| run.server.clone()),
         server: run.server,
         spec: run.spec,
         reverse: run.reverse,
@@ -263,6 +233,7 @@ fn non_start_record(non_start: NonStart, test_type: &str) -> RunRecord {
         test_name: non_start.test,
         client: non_start.from,
         server: non_start.to,
+        target: None,
         spec: serde_json::Value::Null,
         exclusive: false,
         reverse: false,
@@ -334,7 +305,7 @@ async fn plan_window(
     let type_of = |test_name: &str| {
         config
             .test(test_name)
-            .map_or("unknown", |test| test.test_type.as_str())
+            .map_or("unknown", |test| test.kind.as_str())
     };
     let non_starts: Vec<RunRecord> = planned
         .non_starts
@@ -400,6 +371,48 @@ pub fn request_test(
     })
 }
 
+/// Why an app's run request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestRefusal {
+    #[error("field 'not_after': must not be before 'not_before'")]
+    EndsBeforeStart,
+    #[error("field '{field}': agent '{name}' is not registered")]
+    UnknownAgent { field: &'static str, name: String },
+    #[error("{0}")]
+    InvalidTest(String),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+}
+
+/// Checks an app's run request and stores it for the planner's next tick; returns
+/// its id (which is also the id of the run it becomes).
+pub async fn submit_request(
+    state: &ServerState,
+    request: &RunRequest,
+) -> Result<String, RequestRefusal> {
+    if let (Some(not_before), Some(not_after)) = (request.not_before, request.not_after) {
+        if not_after < not_before {
+            return Err(RequestRefusal::EndsBeforeStart);
+        }
+    }
+    let agents = state.archive.agents().await?;
+    for (field, name) in [("client", &request.client), ("server", &request.server)] {
+        if !agents.iter().any(|agent| &agent.registration.name == name) {
+            return Err(RequestRefusal::UnknownAgent {
+                field,
+                name: name.clone(),
+            });
+        }
+    }
+    let config = config_store::current(&state.archive).await?;
+    request_test(request, config.as_ref().map(|(_, config)| config))
+        .map_err(RequestRefusal::InvalidTest)?;
+    let id = format!("req-{}", crate::new_token().get(..16).unwrap_or_default());
+    let document = serde_json::to_value(request).expect("request serialises");
+    state.archive.add_request(&id, &document).await?;
+    Ok(id)
+}
+
 /// Places pending on-demand requests (each once: placed, or a non-start with reason).
 async fn place_requests(
     state: &ServerState,
@@ -432,7 +445,7 @@ async fn place_requests(
             .unwrap_or(now + chrono::Duration::microseconds(micros(options.horizon)));
         let record = match request_test(&request, config) {
             Ok(test) => {
-                let test_type = test.test_type.as_str();
+                let test_type = test.kind.as_str();
                 let on_demand = OnDemandRequest {
                     run_id: id.clone(),
                     test,

@@ -8,10 +8,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use vantage_model::control::Role;
 
-use crate::api::{router, ServerState};
+use crate::api::router;
 use crate::archive::Archive;
 use crate::archivers;
 use crate::planner::{self, PlannerOptions};
+use crate::state::ServerState;
 
 /// How to run a server.
 #[derive(Debug, Clone)]
@@ -60,7 +61,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     archive
         .add_token(&admin_token, "admin", Role::Admin)
         .await?;
-    let (state, deliveries) = ServerState::new(archive, planner::validate_config).await?;
+    let (state, deliveries) = ServerState::new(archive).await?;
     let listener = TcpListener::bind(options.listen)
         .await
         .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", options.listen))?;
@@ -75,7 +76,12 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             })
             .await
     });
-    let archivers = tokio::spawn(archivers::run(state.clone(), deliveries, stopped.clone()));
+    let archivers = tokio::spawn(archivers::run(
+        state.archive.clone(),
+        state.archivers.clone(),
+        deliveries,
+        stopped.clone(),
+    ));
     let planner = tokio::spawn(planner::run(
         state.clone(),
         options.planner.clone(),

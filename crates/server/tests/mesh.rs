@@ -14,7 +14,6 @@ use serde_json::json;
 use vantage_agent::AgentOptions;
 use vantage_scheduler::{find_overlaps, Occupancy};
 use vantage_server::archive::{from_us, now_us, ResultFilter, RunState};
-use vantage_server::planner::PlannerOptions;
 
 /// Stops the agents even when the test fails half-way.
 struct AgentsGuard(tokio::sync::watch::Sender<bool>);
@@ -34,18 +33,8 @@ async fn mesh_scenario(kind: Kind) {
         .with_test_writer()
         .try_init();
     let db = TestDb::new(kind, "mesh").await;
-    let server = common::start(
-        &db,
-        PlannerOptions {
-            tick: Duration::from_millis(500),
-            horizon: Duration::from_secs(20),
-            miss_grace: Duration::from_secs(10),
-            ..PlannerOptions::default()
-        },
-    )
-    .await;
-    let admin = Api::new(&server.url(), &server.admin_token);
-    let agent_token = admin.token("fleet", "agent").await;
+    let (server, admin, agent_token) =
+        common::start_fleet_server(&db, Duration::from_secs(20), Duration::from_secs(10)).await;
     let spool = tempfile::tempdir().unwrap();
 
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -78,10 +67,10 @@ async fn mesh_scenario(kind: Kind) {
 
     let window_start_us = now_us();
     tokio::time::sleep(Duration::from_secs(4)).await;
-    // An app asks for a run now (seed 000's programmability); a bad request names its field.
+    // An app asks for a run now (Narada Metrics' programmability); a bad request names its field.
     let publisher = Api::new(&server.url(), &admin.token("app", "publisher").await);
     let (status, body) = publisher
-        .post("/api/v1/requests", json!({"test": "latency", "client": "m1", "server": "m2", "spec": {"count": 3, "interval": "10ms"}, "priority": 5}))
+        .post("/api/v1/requests", json!({"test": "latency", "client": "m1", "server": "m2", "spec": {"count": 3, "interval": "10ms", "timeout": "500ms"}, "priority": 5}))
         .await;
     assert_eq!(status, 200, "{body}");
     let request_run = body["run_id"].as_str().unwrap().to_string();

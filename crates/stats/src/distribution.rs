@@ -2,8 +2,6 @@
 
 use vantage_model::latency::Distribution;
 
-use crate::finite_sorted;
-
 /// The `percent`-th percentile (0..=100) of ascending-sorted, finite samples.
 ///
 /// Definition: linear interpolation between closest ranks, Hyndman & Fan (1996)
@@ -64,7 +62,7 @@ pub fn distribution(samples: &[f64]) -> Option<Distribution> {
 }
 
 /// Location and spread of per-interval samples (e.g. throughput per second), the
-/// pair of pairs seed 004 asks to report: mean ± stddev and median with IQR.
+/// pair of pairs Miravalls-Sierra et al. (2018) ask to report: mean ± stddev and median with IQR.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {
     pub mean: f64,
@@ -88,6 +86,13 @@ pub fn spread(samples: &[f64]) -> Option<Spread> {
         median: percentile(&sorted, 50.0)?,
         iqr: percentile(&sorted, 75.0)? - percentile(&sorted, 25.0)?,
     })
+}
+
+/// The finite values of `samples`, sorted ascending.
+pub(crate) fn finite_sorted(samples: &[f64]) -> Vec<f64> {
+    let mut sorted: Vec<f64> = samples.iter().copied().filter(|v| v.is_finite()).collect();
+    sorted.sort_by(f64::total_cmp);
+    sorted
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Delay variation: jitter three ways (RFC 3550, seed 004) and IPDV (RFC 3393 / 5481).
+//! Delay variation: jitter three ways (RFC 3550, Miravalls-Sierra et al. 2018) and IPDV (RFC 3393 / 5481).
 //!
 //! All functions take the delays (one-way transit times or RTTs) of the received
 //! packets **in sending order**, lost packets simply absent — so consecutive
@@ -7,7 +7,7 @@
 
 use vantage_model::latency::Jitter;
 
-use crate::finite_sorted;
+use crate::distribution::{finite_sorted, percentile};
 
 fn finite(delays: &[f64]) -> impl Iterator<Item = f64> + '_ {
     delays.iter().copied().filter(|v| v.is_finite())
@@ -41,7 +41,7 @@ pub fn jitter_rfc3550(transit_us: &[f64]) -> Option<f64> {
     )
 }
 
-/// Seed 004: with delays l_0..l_N, D_i = |l_i - l_(i-1)|; the mean of the D_i.
+/// Miravalls-Sierra et al. (2018): with delays l_0..l_N, D_i = |l_i - l_(i-1)|; the mean of the D_i.
 /// `None` with fewer than two finite samples.
 pub fn mean_abs_delta(delays: &[f64]) -> Option<f64> {
     let deltas = ipdv(delays);
@@ -51,12 +51,12 @@ pub fn mean_abs_delta(delays: &[f64]) -> Option<f64> {
     Some(deltas.iter().map(|d| d.abs()).sum::<f64>() / deltas.len() as f64)
 }
 
-/// Seed 004: the median of D_i = |l_i - l_(i-1)| (robust to loss streaks and
-/// outliers, unlike the mean). Median per [`crate::percentile`] (type 7: the mean of
+/// Miravalls-Sierra et al. (2018): the median of D_i = |l_i - l_(i-1)| (robust to loss streaks and
+/// outliers, unlike the mean). Median per [`percentile`] (type 7: the mean of
 /// the two middle values for an even count). `None` with fewer than two finite samples.
 pub fn median_abs_delta(delays: &[f64]) -> Option<f64> {
     let abs_deltas: Vec<f64> = ipdv(delays).iter().map(|d| d.abs()).collect();
-    crate::percentile(&finite_sorted(&abs_deltas), 50.0)
+    percentile(&finite_sorted(&abs_deltas), 50.0)
 }
 
 /// All three jitter definitions over the same delays; `None` with fewer than two

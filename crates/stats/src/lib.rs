@@ -2,7 +2,7 @@
 //!
 //! - [`percentile`], [`distribution`], [`spread`]: order statistics and moments.
 //! - [`jitter_rfc3550`], [`mean_abs_delta`], [`median_abs_delta`], [`jitter`], [`ipdv`]:
-//!   delay variation (RFC 3550, seed 004, RFC 3393 / RFC 5481).
+//!   delay variation (RFC 3550, Miravalls-Sierra et al. 2018, RFC 3393 / RFC 5481).
 //! - [`SequenceTracker`]: received / lost / duplicate / reordered accounting (RFC 4737).
 //! - [`split_loss`]: forward vs reverse loss of TWAMP-style exchanges from the
 //!   reflector's own sequence numbers.
@@ -21,10 +21,3 @@ pub use distribution::{distribution, percentile, spread, Spread};
 pub use jitter::{ipdv, jitter, jitter_rfc3550, mean_abs_delta, median_abs_delta};
 pub use loss::{split_loss, Bracket, LossSplit, ProbeFate};
 pub use sequence::{Arrival, SequenceCounts, SequenceTracker};
-
-/// The finite values of `samples`, sorted ascending.
-fn finite_sorted(samples: &[f64]) -> Vec<f64> {
-    let mut sorted: Vec<f64> = samples.iter().copied().filter(|v| v.is_finite()).collect();
-    sorted.sort_by(f64::total_cmp);
-    sorted
-}

@@ -11,167 +11,23 @@
 //! Library use (the agent runs it in-process): [`Endpoint::bind`] then
 //! [`Endpoint::run`] with a shutdown future, or [`run_endpoint`].
 
+mod config;
+mod counters;
 pub mod tcp;
+mod tcp_server;
 pub mod udp;
+
+// The endpoint's public face; the services import these from their own modules.
+pub use config::{EndpointConfig, FaultInjection, DEFAULT_PORT};
+pub use counters::{EndpointCounters, EndpointStats};
 
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
-
-/// The endpoint's default UDP and TCP port (vantage's own; not IANA-assigned).
-/// TWAMP-Light senders that default to 862 (RFC 8545) need `--port 7862` or the
-/// endpoint started with `--port 862`.
-pub const DEFAULT_PORT: u16 = 7862;
-
-/// Deliberate misbehaviour of the reflector, for tests of loss accounting only.
-/// The CLI never sets it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FaultInjection {
-    /// Ignore every k-th request of each sender before numbering it (looks like
-    /// forward loss to the sender).
-    DropEveryKthRequest(u32),
-    /// Number every request but do not send every k-th reply (reverse loss).
-    DropEveryKthReply(u32),
-}
-
-#[derive(Debug, Clone)]
-pub struct EndpointConfig {
-    /// Address to listen on; `None` = dual-stack `::`, falling back to `0.0.0.0`
-    /// where IPv6 is unavailable.
-    pub listen: Option<IpAddr>,
-    /// UDP and TCP port; 0 picks a free port (the same for both).
-    pub port: u16,
-    /// Most senders the reflector keeps a sequence counter for; beyond it the
-    /// least recently seen is evicted.
-    pub max_udp_senders: usize,
-    /// Senders silent this long lose their state (their counter restarts at 0).
-    pub udp_sender_idle: Duration,
-    /// Most TCP connections served at once; more are closed on accept and counted.
-    pub max_tcp_connections: usize,
-    /// Test hook; `None` in the product.
-    pub fault_injection: Option<FaultInjection>,
-    /// TCP and UDP port of the iperf3-compatible listener, on the same address;
-    /// `None` = no listener (the CLI's default is 5201; `--no-iperf3` disables it).
-    pub iperf3_port: Option<u16>,
-    /// Caps on throughput tests, native and iperf3 (one test at a time).
-    pub throughput_limits: crate::throughput::server::ServiceLimits,
-}
-
-impl Default for EndpointConfig {
-    fn default() -> Self {
-        Self {
-            listen: None,
-            port: DEFAULT_PORT,
-            max_udp_senders: 10_000,
-            udp_sender_idle: Duration::from_secs(60),
-            max_tcp_connections: 1024,
-            fault_injection: None,
-            iperf3_port: None,
-            throughput_limits: crate::throughput::server::ServiceLimits::default(),
-        }
-    }
-}
-
-/// Live counters, shared between the service tasks and whoever watches them.
-#[derive(Debug, Default)]
-pub struct EndpointCounters {
-    pub udp_reflected: AtomicU64,
-    /// Datagrams shorter than the TWAMP sender header (14 bytes).
-    pub udp_truncated: AtomicU64,
-    /// Datagrams longer than a TWAMP packet may be.
-    pub udp_oversized: AtomicU64,
-    pub udp_receive_errors: AtomicU64,
-    pub udp_send_errors: AtomicU64,
-    pub udp_senders_evicted: AtomicU64,
-    /// Requests or replies dropped on purpose by [`FaultInjection`].
-    pub udp_fault_dropped: AtomicU64,
-    pub tcp_connections: AtomicU64,
-    /// Connections closed at once because `max_tcp_connections` were being served.
-    pub tcp_rejected_busy: AtomicU64,
-    /// Connections whose first 8 bytes were not a vantage preamble (or never came).
-    pub tcp_bad_preamble: AtomicU64,
-    pub tcp_unsupported_version: AtomicU64,
-    pub tcp_unknown_kind: AtomicU64,
-    /// Latency-echo frames that were oversized or cut off mid-frame.
-    pub tcp_bad_frames: AtomicU64,
-    pub tcp_echoed_frames: AtomicU64,
-}
-
-/// A point-in-time copy of [`EndpointCounters`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct EndpointStats {
-    pub udp_reflected: u64,
-    pub udp_truncated: u64,
-    pub udp_oversized: u64,
-    pub udp_receive_errors: u64,
-    pub udp_send_errors: u64,
-    pub udp_senders_evicted: u64,
-    pub udp_fault_dropped: u64,
-    pub tcp_connections: u64,
-    pub tcp_rejected_busy: u64,
-    pub tcp_bad_preamble: u64,
-    pub tcp_unsupported_version: u64,
-    pub tcp_unknown_kind: u64,
-    pub tcp_bad_frames: u64,
-    pub tcp_echoed_frames: u64,
-}
-
-impl EndpointCounters {
-    pub fn snapshot(&self) -> EndpointStats {
-        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        EndpointStats {
-            udp_reflected: get(&self.udp_reflected),
-            udp_truncated: get(&self.udp_truncated),
-            udp_oversized: get(&self.udp_oversized),
-            udp_receive_errors: get(&self.udp_receive_errors),
-            udp_send_errors: get(&self.udp_send_errors),
-            udp_senders_evicted: get(&self.udp_senders_evicted),
-            udp_fault_dropped: get(&self.udp_fault_dropped),
-            tcp_connections: get(&self.tcp_connections),
-            tcp_rejected_busy: get(&self.tcp_rejected_busy),
-            tcp_bad_preamble: get(&self.tcp_bad_preamble),
-            tcp_unsupported_version: get(&self.tcp_unsupported_version),
-            tcp_unknown_kind: get(&self.tcp_unknown_kind),
-            tcp_bad_frames: get(&self.tcp_bad_frames),
-            tcp_echoed_frames: get(&self.tcp_echoed_frames),
-        }
-    }
-}
-
-pub(crate) fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
-}
-
-impl std::fmt::Display for EndpointStats {
-    /// The one-line summary printed on shutdown.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "udp: {} reflected, {} truncated, {} oversized, {} receive errors, {} send errors, \
-             {} senders evicted; tcp: {} connections, {} rejected busy, {} bad preamble, \
-             {} unsupported version, {} unknown kind, {} bad frames, {} echoed frames",
-            self.udp_reflected,
-            self.udp_truncated,
-            self.udp_oversized,
-            self.udp_receive_errors,
-            self.udp_send_errors,
-            self.udp_senders_evicted,
-            self.tcp_connections,
-            self.tcp_rejected_busy,
-            self.tcp_bad_preamble,
-            self.tcp_unsupported_version,
-            self.tcp_unknown_kind,
-            self.tcp_bad_frames,
-            self.tcp_echoed_frames
-        )
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum EndpointError {
@@ -294,7 +150,7 @@ impl Endpoint {
             }
             None => None,
         };
-        let served = tcp::serve(
+        let served = tcp_server::serve(
             self.tcp,
             &self.config,
             Arc::clone(&self.counters),

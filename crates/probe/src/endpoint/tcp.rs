@@ -1,4 +1,5 @@
-//! The vantage TCP service and its wire format.
+//! The wire format of the vantage TCP service: the endpoint serves it, the latency and
+//! throughput clients speak it.
 //!
 //! A connection starts with an 8-byte **preamble** from the client:
 //! `b"VNTG"`, version [`PROTOCOL_VERSION`], service kind (one byte), two zero bytes.
@@ -12,14 +13,9 @@
 //! as soon as it is complete.
 
 use std::io;
-use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
-
-use super::{bump, EndpointConfig, EndpointCounters};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 
 pub const PREAMBLE_MAGIC: [u8; 4] = *b"VNTG";
 pub const PROTOCOL_VERSION: u8 = 1;
@@ -30,9 +26,6 @@ pub const KIND_LATENCY_ECHO: u8 = b'L';
 pub const MAX_ECHO_FRAME_BYTES: u32 = 64 * 1024;
 /// Largest error message after a non-Ok status.
 pub const MAX_MESSAGE_BYTES: u32 = 4096;
-/// How long a client may take to send its preamble, and stay idle between frames.
-const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The server's answer to a preamble.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,95 +67,6 @@ pub fn parse_header(bytes: &[u8; PREAMBLE_LEN]) -> Option<(u8, u8)> {
     (bytes[..4] == PREAMBLE_MAGIC && bytes[6] == 0 && bytes[7] == 0).then_some((bytes[4], bytes[5]))
 }
 
-/// Accepts connections until `shutdown` completes.
-pub(super) async fn serve(
-    listener: std::net::TcpListener,
-    config: &EndpointConfig,
-    counters: Arc<EndpointCounters>,
-    throughput: Arc<crate::throughput::server::ThroughputService>,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> io::Result<()> {
-    listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(listener)?;
-    let slots = Arc::new(Semaphore::new(config.max_tcp_connections.max(1)));
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    // Per-connection failures (e.g. ECONNABORTED, EMFILE) must not stop the service.
-                    tracing::debug!("accept failed: {err}");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
-        };
-        bump(&counters.tcp_connections);
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            bump(&counters.tcp_rejected_busy);
-            drop(stream);
-            continue;
-        };
-        let counters = Arc::clone(&counters);
-        let throughput = Arc::clone(&throughput);
-        tokio::spawn(async move {
-            let _ = stream.set_nodelay(true);
-            if let Err(err) = serve_connection(stream, &counters, throughput).await {
-                tracing::debug!(%peer, "connection ended: {err}");
-            }
-            drop(slot);
-        });
-    }
-}
-
-async fn serve_connection(
-    mut stream: TcpStream,
-    counters: &EndpointCounters,
-    throughput: Arc<crate::throughput::server::ThroughputService>,
-) -> io::Result<()> {
-    let mut preamble = [0u8; PREAMBLE_LEN];
-    let read = tokio::time::timeout(PREAMBLE_TIMEOUT, stream.read_exact(&mut preamble)).await;
-    let Ok(Ok(_)) = read else {
-        bump(&counters.tcp_bad_preamble);
-        return Ok(());
-    };
-    let Some((version, kind)) = parse_header(&preamble) else {
-        bump(&counters.tcp_bad_preamble);
-        return Ok(());
-    };
-    if version != PROTOCOL_VERSION {
-        bump(&counters.tcp_unsupported_version);
-        let message = format!(
-            "unsupported protocol version {version}; this endpoint speaks {PROTOCOL_VERSION}"
-        );
-        return refuse(&mut stream, Status::UnsupportedVersion, &message).await;
-    }
-    match kind {
-        KIND_LATENCY_ECHO => {
-            stream.write_all(&encode_status(Status::Ok)).await?;
-            serve_latency_echo(stream, counters).await
-        }
-        // Throughput (control and data connections): blocking sockets on a thread,
-        // see crate::throughput::wire.
-        crate::throughput::wire::KIND_THROUGHPUT => {
-            stream.write_all(&encode_status(Status::Ok)).await?;
-            let stream = stream.into_std()?;
-            stream.set_nonblocking(false)?;
-            tokio::task::spawn_blocking(move || throughput.handle(stream))
-                .await
-                .map_err(io::Error::other)?
-        }
-        // Further services are added as arms here.
-        other => {
-            bump(&counters.tcp_unknown_kind);
-            let message = format!("unknown service kind 0x{other:02x}");
-            refuse(&mut stream, Status::UnknownKind, &message).await
-        }
-    }
-}
-
 /// Sends a non-Ok status with its message; the caller then closes.
 pub async fn refuse(stream: &mut TcpStream, status: Status, message: &str) -> io::Result<()> {
     let bytes = message.as_bytes();
@@ -173,49 +77,4 @@ pub async fn refuse(stream: &mut TcpStream, status: Status, message: &str) -> io
     out.extend_from_slice(&bytes[..len]);
     stream.write_all(&out).await?;
     stream.shutdown().await
-}
-
-async fn serve_latency_echo(mut stream: TcpStream, counters: &EndpointCounters) -> io::Result<()> {
-    let mut frame = Vec::new();
-    loop {
-        let mut header = [0u8; 4];
-        // A clean close between frames ends the session; within a frame it is a bad frame.
-        match tokio::time::timeout(IDLE_TIMEOUT, stream.read(&mut header[..1])).await {
-            Err(_) | Ok(Ok(0)) => return Ok(()),
-            Ok(Err(err)) => return Err(err),
-            Ok(Ok(_)) => {}
-        }
-        let rest = tokio::time::timeout(IDLE_TIMEOUT, async {
-            stream.read_exact(&mut header[1..]).await?;
-            let len = u32::from_be_bytes(header);
-            if len > MAX_ECHO_FRAME_BYTES {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("frame of {len} bytes exceeds {MAX_ECHO_FRAME_BYTES}"),
-                ));
-            }
-            frame.resize(4 + len as usize, 0);
-            frame[..4].copy_from_slice(&header);
-            stream.read_exact(&mut frame[4..]).await?;
-            Ok(())
-        })
-        .await;
-        match rest {
-            Ok(Ok(())) => {
-                stream.write_all(&frame).await?;
-                bump(&counters.tcp_echoed_frames);
-            }
-            Ok(Err(err)) => {
-                bump(&counters.tcp_bad_frames);
-                return Err(err);
-            }
-            Err(_) => {
-                bump(&counters.tcp_bad_frames);
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "frame not completed in time",
-                ));
-            }
-        }
-    }
 }

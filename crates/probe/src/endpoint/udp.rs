@@ -1,10 +1,15 @@
-//! The TWAMP-Light reflector (RFC 5357 §4.2, unauthenticated mode, no control session).
+//! The TWAMP-Light reflector (RFC 5357 §4.2, unauthenticated mode, no control session)
+//! that also answers STAMP Session-Sender packets as a stateful STAMP
+//! Session-Reflector (RFC 8762 §4.3, unauthenticated; SSID and TLVs per RFC 8972):
+//! `twamp::stamp_request` tells the two apart per packet, `twamp::reflect` builds
+//! either reply.
 //!
 //! For each request: the receive timestamp is the kernel's (`SO_TIMESTAMPING` /
 //! `SO_TIMESTAMPNS`, user clock if refused), the reply's own timestamp is taken right
 //! before `sendto`, the request's TTL / hop limit goes into "Sender TTL", and the
 //! reflector's sequence number counts the requests of *that sender* (source address
-//! and port), so the sender can tell forward from reverse loss. The error estimate
+//! and port, plus the SSID for STAMP, RFC 8972 §3), so the sender can tell forward
+//! from reverse loss. The error estimate
 //! carries our clock's sync state (adjtimex), refreshed once a second.
 
 use std::collections::HashMap;
@@ -14,7 +19,8 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::{bump, EndpointConfig, EndpointCounters, FaultInjection};
+use super::config::{EndpointConfig, FaultInjection};
+use super::counters::{bump, EndpointCounters};
 use crate::clock::local_clock_sync;
 use crate::timestamp::{
     enable_packet_info, enable_receive_ttl, enable_timestamping, now_unix_ns, poll_readable,
@@ -38,7 +44,9 @@ pub(super) struct Reflector {
     fault: Option<FaultInjection>,
     max_senders: usize,
     sender_idle_ns: i64,
-    senders: HashMap<SocketAddr, SenderState>,
+    /// Keyed by source address and port, and the SSID for STAMP (0 for TWAMP-Light,
+    /// whose bytes 14..16 are padding).
+    senders: HashMap<(SocketAddr, u16), SenderState>,
     error_estimate: ErrorEstimate,
     error_estimate_read_ns: i64,
 }
@@ -119,7 +127,8 @@ impl Reflector {
             }
             return;
         }
-        let Some(seq) = self.next_sequence(peer, receive_ns) else {
+        let ssid = twamp::stamp_request(request).unwrap_or(0);
+        let Some(seq) = self.next_sequence((peer, ssid), receive_ns) else {
             bump(&self.counters.udp_fault_dropped);
             return;
         };
@@ -139,7 +148,8 @@ impl Reflector {
             // As late as possible: after this only the copy into the reply and sendto.
             send_timestamp: NtpTimestamp::from_unix_nanos(now_unix_ns()),
             error_estimate: self.error_estimate,
-            request_ttl: meta.ttl.unwrap_or(0),
+            // RFC 5357 §4.2: a reflector that cannot read the TTL MUST send 255.
+            request_ttl: meta.ttl.unwrap_or(255),
         };
         match twamp::reflect(request, &stamp, reply) {
             Ok(len) => match self.send_reply(&reply[..len], peer, meta.local) {
@@ -173,9 +183,9 @@ impl Reflector {
         self.socket.send_to(reply, peer)
     }
 
-    /// The reflector sequence number for this request of `peer`, or `None` when the
-    /// fault injection drops it before it is counted.
-    fn next_sequence(&mut self, peer: SocketAddr, now_ns: i64) -> Option<u32> {
+    /// The reflector sequence number for this request of session `peer` (address and
+    /// SSID), or `None` when the fault injection drops it before it is counted.
+    fn next_sequence(&mut self, peer: (SocketAddr, u16), now_ns: i64) -> Option<u32> {
         if !self.senders.contains_key(&peer) && self.senders.len() >= self.max_senders {
             self.evict(now_ns);
         }

@@ -217,7 +217,7 @@ pub fn run_iperf3(spec: &ThroughputSpec) -> Result<ThroughputResult, ThroughputE
                 let run = client_run
                     .as_ref()
                     .ok_or_else(|| io::Error::other("results requested before the test ran"))?;
-                write_json(&mut control, &results_json(run, client_sends, udp))?;
+                write_json(&mut control, &results_json(run, udp))?;
                 server_results = Some(read_json(&mut control)?);
             }
             state::DISPLAY_RESULTS => {
@@ -266,11 +266,14 @@ fn unspecified(peer: SocketAddr) -> &'static str {
 fn server_error(control: &mut TcpStream) -> ThroughputError {
     let mut numbers = [0u8; 8];
     let detail = match std::io::Read::read_exact(control, &mut numbers) {
-        Ok(()) => format!(
-            "iperf3 error {} (errno {})",
-            i32::from_be_bytes(numbers[..4].try_into().unwrap()),
-            i32::from_be_bytes(numbers[4..].try_into().unwrap())
-        ),
+        Ok(()) => {
+            let errno = i32::from_be_bytes(numbers[..4].try_into().unwrap());
+            let os_errno = i32::from_be_bytes(numbers[4..].try_into().unwrap());
+            match super::errors::message(errno) {
+                Some(text) => format!("{text} (iperf3 error {errno}, errno {os_errno})"),
+                None => format!("iperf3 error {errno} (errno {os_errno})"),
+            }
+        }
         Err(_) => "no error number".to_string(),
     };
     ThroughputError::Refused(format!("the iperf3 server reported an error: {detail}"))

@@ -8,19 +8,26 @@
 //!   one-byte **state** from the server (client: `TEST_END`, `IPERF_DONE`), or a JSON
 //!   object prefixed by its length (u32 big-endian).
 //! - Server: `PARAM_EXCHANGE` → client sends its parameters (`tcp`/`udp`, `time`,
-//!   `parallel`, `reverse`, `len`, `bandwidth` per stream, `window`, …).
+//!   `num` (bytes, `-n`) and `blockcount` (`-k`) with `time` 0 for a count test,
+//!   `parallel`, `reverse` or `bidirectional`, `len` (block size), `bandwidth` per
+//!   stream, `window`, `omit`, `client_version`, …). Options are marked by the key's
+//!   presence.
 //! - Server: `CREATE_STREAMS` → the client opens the data streams: TCP connections to
 //!   the same port that begin with the cookie; or UDP sockets that send a 4-byte
 //!   "connect" datagram to the port and wait for the 4-byte reply (the server then
-//!   talks to that client address from a socket connected to it).
+//!   talks to that client address from a socket connected to it). With
+//!   `bidirectional` the client opens `parallel` sending streams, then as many
+//!   receiving ones: the server receives on the first half and sends on the rest.
 //! - Server: `TEST_START`, `TEST_RUNNING`; data flows (client → server, or the
 //!   reverse with `-R`). UDP datagrams carry seconds, microseconds and a packet
 //!   number (u32, or u64 with `udp_counters_64bit`), big-endian.
-//! - The client sends `TEST_END` when its time is up; server: `EXCHANGE_RESULTS`; the
-//!   client sends its results JSON, the server its own; server: `DISPLAY_RESULTS`;
-//!   client: `IPERF_DONE`.
+//! - The client sends `TEST_END` when its time is up or its count was sent or
+//!   received; server: `EXCHANGE_RESULTS`; the client sends its results JSON (per
+//!   stream: id, bytes it sent or received, …), the server its own; server:
+//!   `DISPLAY_RESULTS`; client: `IPERF_DONE`.
 //! - A busy server answers a new control connection's cookie with `ACCESS_DENIED`;
-//!   an error is `SERVER_ERROR` followed by iperf3's error number and errno (i32 BE).
+//!   an error is `SERVER_ERROR` followed by iperf3's error number and errno (i32 BE);
+//!   the client prints its own message for the number ([`errors`]).
 //! - Stream ids run 1, 3, 4, 5, … (iperf3 numbers the second stream 3); results are
 //!   matched by id.
 
@@ -31,7 +38,7 @@ use std::io::{self, Read, Write};
 
 use serde_json::{json, Value};
 
-use crate::throughput::engine::LocalRun;
+use crate::throughput::run::LocalRun;
 
 pub const IPERF3_DEFAULT_PORT: u16 = 5201;
 pub const COOKIE_BYTES: usize = 37;
@@ -57,14 +64,96 @@ pub mod state {
     pub const SERVER_ERROR: u8 = 0xfe;
 }
 
-/// iperf3 error numbers the endpoint sends with `SERVER_ERROR`.
+/// iperf3 error numbers (`i_errno`) the endpoint sends with `SERVER_ERROR`. The client
+/// prints its own text for the number; the texts quoted are iperf3 3.12's (Debian's).
+/// Numbers are stable across iperf3 versions; newer ones add to the end of each range.
 pub mod errors {
-    /// "test duration too long".
+    /// "test duration too long (maximum = 86400 seconds)"; iperf3's compile-time
+    /// maximum, not the endpoint's, so the endpoint's log says which limit it was.
     pub const DURATION: i32 = 5;
-    /// "number of parallel streams too large".
+    /// "number of parallel streams too large (maximum = 128)".
     pub const NUM_STREAMS: i32 = 6;
-    /// "not implemented yet" (modes and rates this endpoint does not serve).
+    /// "block size too large (maximum = 1048576 bytes)".
+    pub const BLOCK_SIZE: i32 = 7;
+    /// "an option you are trying to set is not implemented yet".
     pub const UNIMPLEMENTED: i32 = 13;
+    /// "only one test end condition (-t, -n, -k) may be specified".
+    pub const END_CONDITIONS: i32 = 16;
+    /// "no SCTP support available".
+    pub const NO_SCTP: i32 = 18;
+    /// "block size invalid (minimum = 16 bytes, maximum = 65507 bytes)".
+    pub const UDP_BLOCK_SIZE: i32 = 20;
+    /// "cannot be both reverse and bidirectional".
+    pub const REVERSE_BIDIR: i32 = 25;
+    /// "total required bandwidth is larger than server limit".
+    pub const TOTAL_RATE: i32 = 27;
+    /// "client's requested duration exceeds the server's maximum permitted limit"
+    /// (iperf3 3.20 and later; older clients print only the number).
+    pub const MAX_SERVER_DURATION: i32 = 37;
+    /// "unable to receive parameters from client".
+    pub const RECV_PARAMS: i32 = 114;
+    /// "server test duration expired" (iperf3 3.21 and later).
+    pub const SERVER_DURATION_EXPIRED: i32 = 160;
+
+    /// iperf3's text for the numbers above, for vantage's own iperf3 client.
+    pub fn message(errno: i32) -> Option<&'static str> {
+        Some(match errno {
+            DURATION => "test duration too long",
+            NUM_STREAMS => "number of parallel streams too large",
+            BLOCK_SIZE => "block size too large",
+            UNIMPLEMENTED => "an option you are trying to set is not implemented yet",
+            END_CONDITIONS => "only one test end condition (-t, -n, -k) may be specified",
+            NO_SCTP => "no SCTP support available",
+            UDP_BLOCK_SIZE => "block size invalid",
+            REVERSE_BIDIR => "cannot be both reverse and bidirectional",
+            TOTAL_RATE => "total required bandwidth is larger than server limit",
+            MAX_SERVER_DURATION => {
+                "client's requested duration exceeds the server's maximum permitted limit"
+            }
+            RECV_PARAMS => "unable to receive parameters from client",
+            SERVER_DURATION_EXPIRED => "server test duration expired",
+            _ => return None,
+        })
+    }
+}
+
+/// The `client_version` an iperf3 client sends with its parameters (since 3.0.7), as
+/// (major, minor); which error numbers its message table knows depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ClientVersion(pub u32, pub u32);
+
+impl ClientVersion {
+    /// Parses "3.12", "3.21+", "3.13-mt-beta3"; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.split('.');
+        let major = parts.next()?.parse().ok()?;
+        let minor_text = parts.next()?;
+        let digits = minor_text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(minor_text.len());
+        Some(Self(major, minor_text[..digits].parse().ok()?))
+    }
+
+    /// The number to send for "the test is longer than the endpoint allows": iperf3
+    /// 3.20 added a message for exactly that; older clients get "test duration too
+    /// long".
+    pub fn duration_refusal(client: Option<Self>) -> i32 {
+        if client >= Some(Self(3, 20)) {
+            errors::MAX_SERVER_DURATION
+        } else {
+            errors::DURATION
+        }
+    }
+
+    /// The number to send when a running test reaches the endpoint's time bound
+    /// (3.21 added "server test duration expired").
+    pub fn expiry(client: Option<Self>) -> i32 {
+        if client >= Some(Self(3, 21)) {
+            errors::SERVER_DURATION_EXPIRED
+        } else {
+            errors::DURATION
+        }
+    }
 }
 
 /// iperf3's UDP connect message and reply, as the bytes a little-endian host writes
@@ -122,8 +211,11 @@ pub fn read_state(stream: &mut impl Read) -> io::Result<u8> {
     Ok(byte[0])
 }
 
-/// Our side's results object for the results exchange.
-pub fn results_json(run: &LocalRun, sending: bool, udp: bool) -> Value {
+/// Our side's results object for the results exchange. Each stream reports what it
+/// did: bytes sent by a sending stream, bytes received by a receiving one (both kinds
+/// in one test with `--bidir`).
+pub fn results_json(run: &LocalRun, udp: bool) -> Value {
+    let sending_tcp = !udp && run.streams.iter().any(|s| s.sending);
     let cpu_s: f64 = run.streams.iter().map(|s| s.cpu.cpu_s).sum();
     let cpu_percent = if run.wall_s > 0.0 {
         cpu_s / run.wall_s * 100.0
@@ -139,7 +231,7 @@ pub fn results_json(run: &LocalRun, sending: bool, udp: bool) -> Value {
                 .last()
                 .and_then(|i| i.streams.iter().find(|s| s.id == stream.id))
                 .and_then(|s| s.tcp_info);
-            let retransmits = match (sending && !udp, last_info) {
+            let retransmits = match (stream.sending && !udp, last_info) {
                 (true, Some(info)) => i64::from(info.total_retrans),
                 _ => -1,
             };
@@ -183,7 +275,7 @@ pub fn results_json(run: &LocalRun, sending: bool, udp: bool) -> Value {
         "cpu_util_total": cpu_percent,
         "cpu_util_user": cpu_percent,
         "cpu_util_system": 0.0,
-        "sender_has_retransmits": if sending && !udp { 1 } else { -1 },
+        "sender_has_retransmits": if sending_tcp { 1 } else { -1 },
         "streams": streams,
     })
 }
@@ -193,7 +285,7 @@ pub fn results_json(run: &LocalRun, sending: bool, udp: bool) -> Value {
 /// carried as the CPU of its single measuring thread.
 pub fn run_from_results(results: &Value, peer_sends: bool, udp: bool) -> io::Result<LocalRun> {
     use crate::cpu::ThreadCpuUse;
-    use crate::throughput::engine::{StreamOutcome, UdpReceived};
+    use crate::throughput::run::{StreamOutcome, UdpReceived};
     let bad = |what: &str| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -280,6 +372,29 @@ mod tests {
         assert_eq!(cookie[36], 0);
         assert!(cookie[..36].iter().all(|c| COOKIE_ALPHABET.contains(c)));
         assert_ne!(make_cookie(), cookie);
+    }
+
+    #[test]
+    fn client_versions_choose_the_duration_message() {
+        assert_eq!(ClientVersion::parse("3.12"), Some(ClientVersion(3, 12)));
+        assert_eq!(ClientVersion::parse("3.21+"), Some(ClientVersion(3, 21)));
+        assert_eq!(
+            ClientVersion::parse("3.13-mt-beta3"),
+            Some(ClientVersion(3, 13))
+        );
+        assert_eq!(ClientVersion::parse("iperf"), None);
+        let v = |text| ClientVersion::parse(text);
+        assert_eq!(ClientVersion::duration_refusal(None), errors::DURATION);
+        assert_eq!(ClientVersion::duration_refusal(v("3.19")), errors::DURATION);
+        assert_eq!(
+            ClientVersion::duration_refusal(v("3.20")),
+            errors::MAX_SERVER_DURATION
+        );
+        assert_eq!(ClientVersion::expiry(v("3.20")), errors::DURATION);
+        assert_eq!(
+            ClientVersion::expiry(v("3.21")),
+            errors::SERVER_DURATION_EXPIRED
+        );
     }
 
     #[test]

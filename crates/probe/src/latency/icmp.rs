@@ -1,4 +1,4 @@
-//! ICMP echo latency (seed 003 ICMP indicator; the method of ping(8)).
+//! ICMP echo latency (the ICMP indicator of Chard et al., FGCS 2015; the method of ping(8)).
 //!
 //! Socket choice: an unprivileged ICMP datagram socket (`SOCK_DGRAM`, `IPPROTO_ICMP`
 //! / `IPPROTO_ICMPV6`; allowed when the caller's group is in
@@ -16,9 +16,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 use vantage_model::latency::{LatencySpec, TimestampSource, Timestamping, TransmitStamp};
 use vantage_stats::SequenceTracker;
 
+use super::engine::{EngineRun, LatencyError, ProbeOutcome, Progress};
 use super::udp::{set_dscp, SentPacket};
-use super::{sleep_until, EngineRun, LatencyError, ProbeOutcome, Progress};
 use crate::mtu::{check_fragmentation, ip_header_bytes, path_mtu, ICMP_ECHO_HEADER_BYTES};
+use crate::pacing::sleep_until;
 use crate::timestamp::{
     drain_tx_stamps, enable_timestamping, now_unix_ns, poll_readable, recv_with_meta,
 };
@@ -39,26 +40,31 @@ struct EchoSocket {
     identifier: u16,
 }
 
-fn open(target: SocketAddr) -> Result<EchoSocket, LatencyError> {
-    let ipv6 = target.is_ipv6();
+/// An ICMP echo socket for `ipv6` or IPv4: an unprivileged datagram ("ping") socket
+/// where `net.ipv4.ping_group_range` allows (`true`), else a raw one (`false`). The
+/// error names both refusals and what would lift them.
+pub(crate) fn open_echo_socket(ipv6: bool) -> Result<(Socket, bool), String> {
     let (domain, protocol) = if ipv6 {
         (Domain::IPV6, Protocol::ICMPV6)
     } else {
         (Domain::IPV4, Protocol::ICMPV4)
     };
-    let (socket, datagram) = match Socket::new(domain, Type::DGRAM, Some(protocol)) {
-        Ok(socket) => (socket, true),
+    match Socket::new(domain, Type::DGRAM, Some(protocol)) {
+        Ok(socket) => Ok((socket, true)),
         Err(dgram_err) => match Socket::new(domain, Type::RAW, Some(protocol)) {
-            Ok(socket) => (socket, false),
-            Err(raw_err) => {
-                return Err(LatencyError::Permission(format!(
-                    "ICMP echo needs an unprivileged ping socket (refused: {dgram_err}; \
-                     allow your group with sysctl net.ipv4.ping_group_range) or a raw socket \
-                     (refused: {raw_err}; needs root or CAP_NET_RAW)"
-                )))
-            }
+            Ok(socket) => Ok((socket, false)),
+            Err(raw_err) => Err(format!(
+                "ICMP echo needs an unprivileged ping socket (refused: {dgram_err}; \
+                 allow your group with sysctl net.ipv4.ping_group_range) or a raw socket \
+                 (refused: {raw_err}; needs root or CAP_NET_RAW)"
+            )),
         },
-    };
+    }
+}
+
+fn open(target: SocketAddr) -> Result<EchoSocket, LatencyError> {
+    let ipv6 = target.is_ipv6();
+    let (socket, datagram) = open_echo_socket(ipv6).map_err(LatencyError::Permission)?;
     Ok(EchoSocket {
         socket,
         datagram,
@@ -68,7 +74,7 @@ fn open(target: SocketAddr) -> Result<EchoSocket, LatencyError> {
 }
 
 /// RFC 1071 Internet checksum.
-fn internet_checksum(bytes: &[u8]) -> u16 {
+pub(crate) fn internet_checksum(bytes: &[u8]) -> u16 {
     let mut sum: u32 = bytes
         .chunks(2)
         .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
@@ -81,7 +87,14 @@ fn internet_checksum(bytes: &[u8]) -> u16 {
 
 /// Echo request: header (type, code, checksum, identifier, sequence) + payload.
 fn echo_request(ipv6: bool, identifier: u16, seq: u16, payload_bytes: usize) -> Vec<u8> {
-    let mut packet = vec![0u8; ICMP_ECHO_HEADER_BYTES as usize + payload_bytes];
+    let payload: Vec<u8> = (0..payload_bytes).map(|i| i as u8).collect();
+    echo_packet(ipv6, identifier, seq, &payload)
+}
+
+/// Echo request carrying `payload`. ICMPv6 checksums cover a pseudo-header, so the
+/// kernel fills them in; IPv4 ones are computed here.
+pub(crate) fn echo_packet(ipv6: bool, identifier: u16, seq: u16, payload: &[u8]) -> Vec<u8> {
+    let mut packet = vec![0u8; ICMP_ECHO_HEADER_BYTES as usize];
     packet[0] = if ipv6 {
         ECHO_REQUEST_V6
     } else {
@@ -89,10 +102,7 @@ fn echo_request(ipv6: bool, identifier: u16, seq: u16, payload_bytes: usize) -> 
     };
     packet[4..6].copy_from_slice(&identifier.to_be_bytes());
     packet[6..8].copy_from_slice(&seq.to_be_bytes());
-    for (i, byte) in packet[8..].iter_mut().enumerate() {
-        *byte = i as u8;
-    }
-    // ICMPv6 checksums cover a pseudo-header; the kernel fills them in for us.
+    packet.extend_from_slice(payload);
     if !ipv6 {
         let checksum = internet_checksum(&packet);
         packet[2..4].copy_from_slice(&checksum.to_be_bytes());
@@ -299,6 +309,7 @@ pub(super) fn run(
             receive: source(all_rx_kernel),
         },
         one_way: None,
+        reflector: None,
     })
 }
 

@@ -11,65 +11,22 @@
 //! RST) before anything was answered is an error, not a result; plain silence is a
 //! completed run with loss ratio 1.
 
+mod engine;
 mod icmp;
+pub(crate) use icmp::{echo_packet, internet_checksum, open_echo_socket};
 mod tcp;
 pub(crate) mod udp;
 
-use std::io;
+pub use engine::{LatencyError, Progress};
+
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::time::{Duration, Instant};
 
 use vantage_model::latency::{
-    LatencyProtocol, LatencyResult, LatencySpec, LatencySummary, OneWay, ProbeSample, ProbeStatus,
-    Timestamping,
+    LatencyProtocol, LatencyResult, LatencySpec, LatencySummary, ProbeSample, ProbeStatus,
 };
-use vantage_stats::{distribution, ipdv, jitter, LossSplit, ProbeFate};
+use vantage_stats::{distribution, ipdv, jitter, ProbeFate};
 
-use crate::mtu::WouldFragment;
-
-/// Why a latency (or sandwich) run could not produce a result.
-#[derive(Debug, thiserror::Error)]
-pub enum LatencyError {
-    #[error("invalid option: {0}")]
-    InvalidSpec(String),
-    #[error("cannot resolve '{target}': {reason}")]
-    Resolve { target: String, reason: String },
-    #[error("{addr} refused the probes ({detail})")]
-    Refused { addr: SocketAddr, detail: String },
-    #[error("{addr} is unreachable: {source}")]
-    Unreachable { addr: SocketAddr, source: io::Error },
-    #[error(transparent)]
-    WouldFragment(#[from] WouldFragment),
-    #[error("{0}")]
-    Permission(String),
-    #[error("{context}: {source}")]
-    Io { context: String, source: io::Error },
-    #[error("{addr} does not speak the vantage TCP service: {detail}")]
-    Protocol { addr: SocketAddr, detail: String },
-}
-
-impl LatencyError {
-    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Self::Io {
-            context: context.into(),
-            source,
-        }
-    }
-
-    /// Maps a send/connect error to refused / unreachable where it says so.
-    pub(crate) fn from_send(addr: SocketAddr, err: io::Error) -> Self {
-        match err.raw_os_error() {
-            Some(libc::ECONNREFUSED) => Self::Refused {
-                addr,
-                detail: "connection refused / port unreachable".into(),
-            },
-            Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EADDRNOTAVAIL) => {
-                Self::Unreachable { addr, source: err }
-            }
-            _ => Self::io(format!("sending to {addr}"), err),
-        }
-    }
-}
+use engine::EngineRun;
 
 /// Resolves `host`, `host:port`, `[v6]:port`, an IPv4 or a bare IPv6 literal;
 /// `default_port` applies when none is given. The first address returned wins.
@@ -104,14 +61,6 @@ pub fn resolve_target(target: &str, default_port: u16) -> Result<SocketAddr, Lat
         .map_err(|err| resolve_error(err.to_string()))?
         .next()
         .ok_or_else(|| resolve_error("no address found".into()))
-}
-
-/// Progress as probes go out and come back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
-    pub sent: u32,
-    pub answered: u32,
-    pub total: u32,
 }
 
 /// Runs the latency test `spec` describes, reporting progress as it goes.
@@ -177,41 +126,6 @@ fn validate(spec: &LatencySpec) -> Result<(), LatencyError> {
     Ok(())
 }
 
-/// Sleeps until `when` (no-op if it has passed).
-pub(crate) fn sleep_until(when: Instant) {
-    let now = Instant::now();
-    if when > now {
-        std::thread::sleep(when - now);
-    }
-}
-
-pub(crate) fn micros(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-/// What an engine measured for one probe.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ProbeOutcome {
-    pub sent_offset_us: f64,
-    pub rtt_us: Option<f64>,
-    pub forward_us: Option<f64>,
-    pub reverse_us: Option<f64>,
-    pub reflector_seq: Option<u32>,
-    pub connect_us: Option<f64>,
-}
-
-/// What an engine hands to [`summarize`].
-pub(crate) struct EngineRun {
-    pub probes: Vec<ProbeOutcome>,
-    /// Forward/reverse split when the protocol allows one (UDP/TWAMP).
-    pub loss_split: Option<LossSplit>,
-    pub duplicates: u64,
-    pub reordered: u64,
-    pub timestamping: Timestamping,
-    /// UDP only; computed by the engine from both clocks' sync state.
-    pub one_way: Option<OneWay>,
-}
-
 /// Pure: turns per-probe outcomes into the summary and the per-probe samples.
 pub(crate) fn summarize(run: &EngineRun) -> (LatencySummary, Vec<ProbeSample>) {
     let sent = run.probes.len() as u64;
@@ -266,6 +180,7 @@ pub(crate) fn summarize(run: &EngineRun) -> (LatencySummary, Vec<ProbeSample>) {
         ipdv_us: distribution(&rtt_ipdv),
         connect_us: distribution(&connects),
         one_way: run.one_way.clone(),
+        reflector: run.reflector.clone(),
     };
     let samples = run
         .probes
@@ -288,7 +203,9 @@ pub(crate) fn summarize(run: &EngineRun) -> (LatencySummary, Vec<ProbeSample>) {
 
 #[cfg(test)]
 mod tests {
+    use super::engine::ProbeOutcome;
     use super::*;
+    use vantage_model::latency::Timestamping;
 
     #[test]
     fn targets_resolve_in_every_documented_form() {
@@ -337,6 +254,7 @@ mod tests {
                 receive: vantage_model::latency::TimestampSource::User,
             },
             one_way: None,
+            reflector: None,
         };
         let (summary, samples) = summarize(&run);
         assert_eq!((summary.sent, summary.received, summary.lost), (4, 3, 1));

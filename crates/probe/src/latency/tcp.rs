@@ -1,4 +1,4 @@
-//! TCP latency (seed 003 TCP indicator): per probe a new connection; its
+//! TCP latency (the TCP indicator of Chard et al., FGCS 2015): per probe a new connection; its
 //! establishment time (SYN sent → `connect` returns, i.e. SYN-ACK received) and the
 //! round trip of one echo frame inside it, against the endpoint's latency-echo
 //! service (preamble kind `L`). Monotonic user-space clock on both ends of each
@@ -11,11 +11,16 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 use vantage_model::latency::{LatencySpec, TimestampSource, Timestamping};
 
+use super::engine::{EngineRun, LatencyError, ProbeOutcome, Progress};
 use super::udp::set_dscp;
-use super::{micros, sleep_until, EngineRun, LatencyError, ProbeOutcome, Progress};
 use crate::endpoint::tcp::{
     encode_preamble, parse_header, Status, KIND_LATENCY_ECHO, MAX_MESSAGE_BYTES, PREAMBLE_LEN,
 };
+use crate::pacing::sleep_until;
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
 
 /// How one probe ended when it did not measure.
 enum ProbeFailure {
@@ -77,6 +82,7 @@ pub(super) fn run(
             receive: TimestampSource::User,
         },
         one_way: None,
+        reflector: None,
     })
 }
 

@@ -1,4 +1,11 @@
-//! TWAMP-Light sender (RFC 5357 §4.1, unauthenticated, no control session).
+//! TWAMP-Light sender (RFC 5357 §4.1, unauthenticated, no control session), or
+//! STAMP Session-Sender (RFC 8762 §4.2, unauthenticated; SSID per RFC 8972 §3) when
+//! the spec asks for `udp_mode: stamp`.
+//!
+//! Replies are accepted from 38 bytes on (see `crate::twamp` on short replies); in
+//! STAMP mode a reply carrying another non-zero SSID belongs to another session and
+//! is ignored, while SSID 0 is a TWAMP-Light or RFC 8762-only reflector answering
+//! (RFC 8762 §4.6) and counts.
 //!
 //! RTT = (t4 - t1) - (t3 - t2): our send and receive stamps minus the reflector's
 //! residence time (its receive and send stamps), which needs no clock sync because
@@ -17,13 +24,15 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use vantage_model::latency::{
-    ClockSync, LatencySpec, OneWay, TimestampSource, Timestamping, TransmitStamp,
+    ClockSync, LatencySpec, OneWay, ReflectorReport, TimestampSource, Timestamping, TransmitStamp,
+    UdpMode,
 };
 use vantage_stats::{distribution, split_loss, Bracket, SequenceTracker};
 
-use super::{sleep_until, EngineRun, LatencyError, ProbeOutcome, Progress};
+use super::engine::{EngineRun, LatencyError, ProbeOutcome, Progress};
 use crate::clock::local_clock_sync;
 use crate::mtu::{check_fragmentation, ip_header_bytes, path_mtu, UDP_HEADER_BYTES};
+use crate::pacing::sleep_until;
 use crate::timestamp::{
     drain_tx_stamps, enable_timestamping, now_unix_ns, poll_readable, recv_with_meta,
 };
@@ -76,6 +85,8 @@ pub(crate) struct TwampClient {
     /// Room for the largest datagram, reused across receives.
     receive_buffer: Vec<u8>,
     error_estimate: ErrorEstimate,
+    /// `Some(ssid)`: send STAMP Session-Sender packets with this SSID.
+    stamp_ssid: Option<u16>,
 }
 
 impl TwampClient {
@@ -117,7 +128,19 @@ impl TwampClient {
                 sync.synchronized,
                 error_us as f64 * 1e-6,
             ),
+            stamp_ssid: None,
         })
+    }
+
+    /// Sends STAMP Session-Sender packets (RFC 8762 §4.2.1) carrying `ssid`
+    /// (RFC 8972 §3; 0 means "no SSID") from now on.
+    pub fn use_stamp(&mut self, ssid: u16) {
+        self.stamp_ssid = Some(ssid);
+    }
+
+    /// The SSID our STAMP packets carry, `None` in TWAMP-Light mode.
+    pub fn stamp_ssid(&self) -> Option<u16> {
+        self.stamp_ssid
     }
 
     /// Refuses `payload_bytes` if it would fragment on the path (unless allowed);
@@ -155,8 +178,11 @@ impl TwampClient {
             error_estimate: self.error_estimate,
             len: size,
         };
-        twamp::encode_sender(&packet, &mut self.send_buffer)
-            .map_err(|e| LatencyError::InvalidSpec(e.to_string()))?;
+        match self.stamp_ssid {
+            Some(ssid) => twamp::encode_stamp_sender(&packet, ssid, &mut self.send_buffer),
+            None => twamp::encode_sender(&packet, &mut self.send_buffer),
+        }
+        .map_err(|e| LatencyError::InvalidSpec(e.to_string()))?;
         let sent_at = Instant::now();
         if let Err(err) = self.socket.send(&self.send_buffer[..size]) {
             if err.raw_os_error() == Some(libc::ECONNREFUSED) {
@@ -229,6 +255,12 @@ impl TwampClient {
                         let Ok(packet) = twamp::parse_reflector(&buf[..received.len]) else {
                             continue;
                         };
+                        if self
+                            .stamp_ssid
+                            .is_some_and(|ours| packet.ssid != 0 && packet.ssid != ours)
+                        {
+                            continue; // another STAMP session's reply
+                        }
                         self.record_reply(packet, rx_ns, received.kernel_rx_ns.is_some());
                     }
                     Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
@@ -346,9 +378,19 @@ pub(super) fn run(
     target: SocketAddr,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<EngineRun, LatencyError> {
-    let mut client = TwampClient::connect(target, spec.dscp, spec.tx_timestamp)?;
-    client.check_size(spec.size_bytes, spec.allow_fragmentation)?;
     let size = spec.size_bytes as usize;
+    if spec.udp_mode == UdpMode::Stamp && !twamp::stamp_len_ok(size) {
+        return Err(LatencyError::InvalidSpec(format!(
+            "--size {size}: {}",
+            twamp::TwampError::StampSize { len: size }
+        )));
+    }
+    let mut client = TwampClient::connect(target, spec.dscp, spec.tx_timestamp)?;
+    if spec.udp_mode == UdpMode::Stamp {
+        // Any non-zero value: it only has to tell our replies from other sessions'.
+        client.use_stamp(rand::random::<u16>().max(1));
+    }
+    client.check_size(spec.size_bytes, spec.allow_fragmentation)?;
     let count = spec.count;
     let interval = Duration::from_micros(spec.interval_us);
     let timeout = Duration::from_micros(spec.timeout_us);
@@ -434,6 +476,13 @@ fn build_run(client: &TwampClient, count: u32, timeout: Duration, start_ns: i64)
     let mut probes = Vec::with_capacity(count as usize);
     let mut replies_for_split = Vec::with_capacity(count as usize);
     let mut remote_error_estimate = None;
+    let mut reflector = ReflectorReport {
+        replies_without_ttl: 0,
+        short_replies: 0,
+        sender_ttl_min: None,
+        sender_ttl_max: None,
+        ssid_echoed: None,
+    };
     for seq in 1..=count {
         let sent = by_seq(seq);
         let reply = sent.and_then(|s| client.reply_within(s, timeout));
@@ -455,6 +504,7 @@ fn build_run(client: &TwampClient, count: u32, timeout: Duration, start_ns: i64)
             outcome.reverse_us = Some(reverse);
             outcome.reflector_seq = Some(reply.packet.seq);
             remote_error_estimate = Some(reply.packet.error_estimate);
+            note_reflector(&mut reflector, &reply.packet, client.stamp_ssid());
         }
         probes.push(outcome);
     }
@@ -467,6 +517,29 @@ fn build_run(client: &TwampClient, count: u32, timeout: Duration, start_ns: i64)
         reordered: counts.reordered,
         timestamping: client.timestamping(timeout, 1..=count),
         one_way: Some(one_way),
+        reflector: Some(reflector),
+    }
+}
+
+/// Adds one counted reply's Sender TTL and SSID to the report.
+fn note_reflector(report: &mut ReflectorReport, reply: &ReflectorPacket, our_ssid: Option<u16>) {
+    match reply.sender_ttl {
+        Some(ttl) => {
+            report.sender_ttl_min = Some(report.sender_ttl_min.map_or(ttl, |m| m.min(ttl)));
+            report.sender_ttl_max = Some(report.sender_ttl_max.map_or(ttl, |m| m.max(ttl)));
+        }
+        None => {
+            report.replies_without_ttl += 1;
+            if reply.len < twamp::REFLECTOR_HEADER_LEN {
+                report.short_replies += 1;
+            }
+        }
+    }
+    if let Some(ours) = our_ssid {
+        // Echoed only if every reply carried it (0 from any reply means a reflector
+        // that does not know RFC 8972's SSID answered at least once).
+        let echoed = reply.ssid == ours;
+        report.ssid_echoed = Some(report.ssid_echoed.unwrap_or(true) && echoed);
     }
 }
 

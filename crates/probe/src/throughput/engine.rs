@@ -3,7 +3,8 @@
 //! buffer per thread, byte counters sampled at interval boundaries by the calling
 //! thread together with each socket's TCP_INFO.
 //!
-//! Streams on threads (not one thread multiplexing sockets) is seed 004's point:
+//! Streams on threads (not one thread multiplexing sockets) is the point of
+//! Miravalls-Sierra et al. (2018):
 //! parallel streams only help when they can use several cores.
 
 use std::io::{self, ErrorKind, Read, Write};
@@ -15,9 +16,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use super::run::{
+    LocalInterval, LocalRun, StreamOutcome, StreamSample, UdpIntervalCounts, UdpReceived,
+};
+use super::wire::UDP_HELLO;
 use crate::cpu::{pin_current_thread, ThreadCpuMark, ThreadCpuUse};
 use crate::pacing::{sleep_until, tighten_timer_slack, PacketSchedule};
-use crate::tcp_info::{self, TcpInfo};
+use crate::tcp_info;
 
 /// TCP write/read size: large enough that syscall overhead is small next to copying.
 pub const TCP_BLOCK_BYTES: usize = 128 * 1024;
@@ -99,107 +104,6 @@ pub struct EngineSettings {
     pub udp: Option<UdpSettings>,
     /// Cores to pin stream threads to, round-robin; empty = unpinned.
     pub affinity: Vec<usize>,
-}
-
-/// One stream at an interval boundary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamSample {
-    pub id: u32,
-    /// Bytes sent or received since the start.
-    pub cumulative_bytes: u64,
-    pub tcp_info: Option<TcpInfo>,
-}
-
-/// An interval as one side saw it; seconds since that side's start.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LocalInterval {
-    pub start_s: f64,
-    pub end_s: f64,
-    pub streams: Vec<StreamSample>,
-}
-
-/// Receiver-side UDP figures of one interval (index-aligned with the intervals).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
-pub struct UdpIntervalCounts {
-    pub received_packets: u64,
-    pub duplicate_packets: u64,
-    pub reordered_packets: u64,
-    /// One more than the highest packet number seen up to the end of the interval
-    /// (numbers from 0), for per-interval loss.
-    pub highest_seen: u64,
-    pub jitter_us: Option<f64>,
-}
-
-/// Receiver-side UDP totals of one stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct UdpReceived {
-    pub received_packets: u64,
-    pub duplicate_packets: u64,
-    pub reordered_packets: u64,
-    pub highest_seen: u64,
-    pub intervals: Vec<UdpIntervalCounts>,
-}
-
-/// How one stream ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamOutcome {
-    pub id: u32,
-    pub sending: bool,
-    /// Payload bytes sent or (distinct) received.
-    pub bytes: u64,
-    /// Seconds from the start to the stream's last byte.
-    pub active_s: f64,
-    /// UDP sender: datagrams sent; slots it could not keep up with.
-    pub packets_sent: u64,
-    pub packets_skipped: u64,
-    pub udp_received: Option<UdpReceived>,
-    pub cpu: ThreadCpuUse,
-    pub error: Option<String>,
-    /// Retransmits reported by a peer that has no interval samples (iperf3 results).
-    #[serde(default)]
-    pub reported_retransmits: Option<u64>,
-}
-
-/// Everything one side measured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LocalRun {
-    pub wall_s: f64,
-    pub intervals: Vec<LocalInterval>,
-    pub streams: Vec<StreamOutcome>,
-    pub online_cores: usize,
-}
-
-impl LocalRun {
-    /// CPU time of the stream threads / (wall × cores).
-    pub fn cpu_ratio(&self) -> f64 {
-        let cpu_s: f64 = self.streams.iter().map(|s| s.cpu.cpu_s).sum();
-        if self.wall_s > 0.0 {
-            cpu_s / (self.wall_s * self.online_cores.max(1) as f64)
-        } else {
-            0.0
-        }
-    }
-
-    pub fn max_thread_cpu_ratio(&self) -> f64 {
-        self.streams
-            .iter()
-            .map(|s| s.cpu.cpu_ratio())
-            .fold(0.0, f64::max)
-    }
-
-    pub fn max_thread_runqueue_wait_ratio(&self) -> f64 {
-        self.streams
-            .iter()
-            .map(|s| s.cpu.runqueue_wait_ratio())
-            .fold(0.0, f64::max)
-    }
-
-    pub fn max_thread_demand_ratio(&self) -> f64 {
-        self.streams
-            .iter()
-            .map(|s| s.cpu.demand_ratio())
-            .fold(0.0, f64::max)
-    }
 }
 
 struct Shared {
@@ -696,7 +600,7 @@ fn udp_receive(
         match outcome_recv {
             Ok(len) => {
                 // Late hellos of the native set-up are not data.
-                if buf[..len].starts_with(&crate::throughput::wire::UDP_HELLO) {
+                if buf[..len].starts_with(&UDP_HELLO) {
                     continue;
                 }
                 let Some((sent_us, number)) = parse_udp_header(&buf[..len], counter_64bit) else {

@@ -3,6 +3,8 @@
 //!
 //! - [`engine`]: the data plane (a thread per stream, interval sampling, TCP_INFO,
 //!   UDP pacing and receiver accounting).
+//! - [`run`]: what one side measured, as the engine produces it and the native protocol
+//!   reports it.
 //! - [`wire`]: the native control protocol; [`client`] and [`server`] speak it.
 //! - [`report`]: turns both sides' measurements into a [`ThroughputResult`] and the
 //!   `limited_by` verdict (pure functions).
@@ -12,6 +14,7 @@
 pub mod client;
 pub mod engine;
 pub mod report;
+pub mod run;
 pub mod server;
 pub mod wire;
 

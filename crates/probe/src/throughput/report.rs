@@ -13,7 +13,7 @@ use vantage_model::throughput::{
     ThroughputSpec, ThroughputSummary, UdpIntervalInfo, UdpSummary,
 };
 
-use super::engine::{LocalRun, StreamOutcome, StreamSample};
+use super::run::{LocalRun, StreamOutcome, StreamSample};
 use crate::tcp_info::TcpInfo;
 
 /// A measuring thread at or above this share of a core (CPU + run-queue wait) set the pace.
@@ -720,7 +720,7 @@ mod tests {
     }
 
     use crate::cpu::ThreadCpuUse;
-    use crate::throughput::engine::{LocalInterval, StreamOutcome};
+    use crate::throughput::run::{LocalInterval, StreamOutcome};
 
     fn run(sending: bool, cumulative: &[u64], info: Option<TcpInfo>) -> LocalRun {
         let intervals = cumulative

@@ -175,7 +175,7 @@ impl ThroughputService {
         listener: TcpListener,
         stop: Arc<AtomicBool>,
     ) -> io::Result<()> {
-        accept_until_stopped(&listener, &stop, "throughput", move |stream| {
+        accept_until_stopped(&listener, &stop, "throughput", move |stream, _| {
             self.accept_preamble(stream)
         })
     }
@@ -450,7 +450,9 @@ fn accept_udp_hello(
 
 /// Accepts connections on `listener` until `stop` is set, handling each on its own
 /// thread. Non-blocking accept polled every 20 ms so `stop` is noticed without a
-/// wake-up connection.
+/// wake-up connection. The handler also gets the connection's accept number: the
+/// threads run in any order, and a protocol that gives connections roles by their
+/// order (iperf3's `--bidir`) needs the order of accept.
 pub(crate) fn accept_until_stopped<H>(
     listener: &TcpListener,
     stop: &AtomicBool,
@@ -458,16 +460,19 @@ pub(crate) fn accept_until_stopped<H>(
     handle: H,
 ) -> io::Result<()>
 where
-    H: Fn(TcpStream) -> io::Result<()> + Send + Sync + 'static,
+    H: Fn(TcpStream, u64) -> io::Result<()> + Send + Sync + 'static,
 {
     listener.set_nonblocking(true)?;
     let handle = Arc::new(handle);
+    let mut accepted = 0u64;
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
                 let handle = Arc::clone(&handle);
+                accepted += 1;
+                let number = accepted;
                 std::thread::spawn(move || {
-                    if let Err(err) = handle(stream) {
+                    if let Err(err) = handle(stream, number) {
                         tracing::debug!(%peer, "{service_name} connection ended: {err}");
                     }
                 });

@@ -16,7 +16,7 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::engine::LocalRun;
+use super::run::LocalRun;
 
 pub const KIND_THROUGHPUT: u8 = b'T';
 pub const CONNECTION_CONTROL: u8 = b'C';

@@ -96,6 +96,28 @@ pub async fn start(db: &TestDb, planner: PlannerOptions) -> RunningServer {
         .expect("server starts")
 }
 
+/// A server whose planner ticks fast and plans `horizon` ahead, its admin client,
+/// and a fleet-wide agent token: how the end-to-end fleet tests start.
+pub async fn start_fleet_server(
+    db: &TestDb,
+    horizon: std::time::Duration,
+    miss_grace: std::time::Duration,
+) -> (RunningServer, Api, String) {
+    let server = start(
+        db,
+        PlannerOptions {
+            tick: std::time::Duration::from_millis(500),
+            horizon,
+            miss_grace,
+            ..PlannerOptions::default()
+        },
+    )
+    .await;
+    let admin = Api::new(&server.url(), &server.admin_token);
+    let agent_token = admin.token("fleet", "agent").await;
+    (server, admin, agent_token)
+}
+
 /// A small JSON client for the API.
 pub struct Api {
     pub base: String,

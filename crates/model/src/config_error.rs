@@ -1,0 +1,30 @@
+//! One problem in a configuration or a test's parameters, with its path.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// One problem in a configuration: the path of the bad field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigError {
+    /// Such as `tasks[2].every` or `tests[0].spec.count`; `.` for the whole document.
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -1,0 +1,125 @@
+//! Agents: registration, heartbeats, and the runs they fetch (long-poll).
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, Uri};
+use axum::Json;
+use serde::Deserialize;
+use vantage_model::control::{AgentRegistration, AssignedRuns, Role};
+
+use super::common::{parse_body, parse_query, ApiError, ApiResult, AppState, Caller};
+use crate::archive::now_us;
+use crate::dispatch::assign;
+
+pub(super) async fn list_agents(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
+    let agents = state.archive.agents().await?;
+    Ok(Json(serde_json::json!({ "agents": agents })))
+}
+
+pub(super) async fn register_agent(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Agent])?;
+    let registration: AgentRegistration = parse_body(&body)?;
+    if registration.name.trim().is_empty() {
+        return Err(ApiError::bad_request("field 'name': must not be empty"));
+    }
+    if registration.addresses.is_empty() {
+        return Err(ApiError::bad_request(
+            "field 'addresses': at least one address is needed",
+        ));
+    }
+    state.archive.register_agent(&registration).await?;
+    state.refresh_agent_tags().await?;
+    tracing::info!(agent = %registration.name, "agent registered");
+    Ok(Json(
+        serde_json::json!({ "name": registration.name, "registered": true }),
+    ))
+}
+
+pub(super) async fn heartbeat(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Agent])?;
+    if !state.archive.touch_agent(&name).await? {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("agent '{name}' is not registered"),
+        ));
+    }
+    Ok(Json(
+        serde_json::json!({ "name": name, "time": chrono::Utc::now() }),
+    ))
+}
+
+#[derive(Deserialize)]
+struct RunsQuery {
+    /// Long-poll: wait up to this many seconds for a run.
+    #[serde(default)]
+    wait_s: u64,
+    /// Hand out runs starting within this many seconds.
+    #[serde(default = "default_horizon_s")]
+    horizon_s: u64,
+    /// Also return runs already handed out (an agent asks this after a restart).
+    #[serde(default)]
+    include_dispatched: bool,
+}
+
+fn default_horizon_s() -> u64 {
+    60
+}
+
+/// Longest long-poll a client may ask for.
+const MAX_WAIT_S: u64 = 60;
+
+pub(super) async fn assigned_runs(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    uri: Uri,
+) -> ApiResult<Json<AssignedRuns>> {
+    caller.require(&[Role::Agent])?;
+    let query: RunsQuery = parse_query(&uri)?;
+    let agents = state.archive.agents().await?;
+    if !agents.iter().any(|agent| agent.registration.name == name) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("agent '{name}' is not registered"),
+        ));
+    }
+    state.archive.touch_agent(&name).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(query.wait_s.min(MAX_WAIT_S));
+    let mut stopping = state.stopping.subscribe();
+    loop {
+        let horizon_us =
+            now_us() + i64::try_from(query.horizon_s.min(3600)).unwrap_or(60) * 1_000_000;
+        let runs = state
+            .archive
+            .take_runs_for(&name, horizon_us, query.include_dispatched)
+            .await?;
+        if !runs.is_empty() || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
+            let agents = state.archive.agents().await?;
+            let assigned = runs
+                .into_iter()
+                .filter_map(|run| assign(run, &agents))
+                .collect();
+            return Ok(Json(AssignedRuns { runs: assigned }));
+        }
+        // Re-check every second as well: another replica may have stored the runs.
+        tokio::select! {
+            _ = state.runs_stored.notified() => {}
+            _ = stopping.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1).min(deadline - tokio::time::Instant::now())) => {}
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Apps: published metrics and alerts, and the live event stream.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::Json;
+use futures_util::Stream;
+use serde::Deserialize;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::StreamExt;
+use vantage_model::control::{AppMetric, Role};
+
+use super::common::{
+    parse_body, parse_query, parse_time, ApiError, ApiResult, AppState, Caller, MAX_BATCH,
+};
+use crate::events::{Alert, Event, Subscription};
+
+#[derive(Deserialize)]
+struct AppMetricsBatch {
+    metrics: Vec<AppMetric>,
+}
+
+pub(super) async fn publish_app_metrics(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Publisher])?;
+    let batch: AppMetricsBatch = parse_body(&body)?;
+    if batch.metrics.len() > MAX_BATCH {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "batch of {} metrics exceeds the limit of {MAX_BATCH}",
+                batch.metrics.len()
+            ),
+        ));
+    }
+    for (index, metric) in batch.metrics.iter().enumerate() {
+        if metric.name.trim().is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "metrics[{index}].name: must not be empty"
+            )));
+        }
+        if !metric.value.is_finite() {
+            return Err(ApiError::bad_request(format!(
+                "metrics[{index}].value: must be a finite number"
+            )));
+        }
+    }
+    state
+        .archive
+        .add_app_metrics(&batch.metrics, &caller.name)
+        .await?;
+    for metric in batch.metrics.iter().cloned() {
+        state.publish(Event::AppMetric {
+            metric,
+            publisher: caller.name.clone(),
+        });
+    }
+    Ok(Json(serde_json::json!({ "stored": batch.metrics.len() })))
+}
+
+pub(super) async fn query_app_metrics(
+    State(state): State<AppState>,
+    caller: Caller,
+    uri: Uri,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
+    let params: BTreeMap<String, String> = parse_query(&uri)?;
+    let mut tags = BTreeMap::new();
+    for (key, value) in &params {
+        match key.as_str() {
+            "name" | "from" | "to" | "limit" => {}
+            _ => match key.strip_prefix("tag.") {
+                Some(tag) => {
+                    tags.insert(tag.to_string(), value.clone());
+                }
+                None => {
+                    return Err(ApiError::bad_request(format!(
+                        "unknown query parameter '{key}' (name, from, to, limit, tag.KEY)"
+                    )))
+                }
+            },
+        }
+    }
+    let from_us = parse_time("from", params.get("from").map(String::as_str))?.unwrap_or(0);
+    let to_us = parse_time("to", params.get("to").map(String::as_str))?.unwrap_or(i64::MAX);
+    let limit = match params.get("limit") {
+        Some(text) => text.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "query parameter 'limit': '{text}' is not an integer"
+            ))
+        })?,
+        None => 10_000,
+    };
+    let metrics = state
+        .archive
+        .app_metrics(
+            params.get("name").map(String::as_str),
+            from_us,
+            to_us,
+            &tags,
+            limit.clamp(1, 100_000),
+        )
+        .await?;
+    Ok(Json(serde_json::json!({ "metrics": metrics })))
+}
+
+pub(super) async fn publish_alert(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Publisher])?;
+    let alert: Alert = parse_body(&body)?;
+    if !["info", "warning", "critical"].contains(&alert.severity.as_str()) {
+        return Err(ApiError::bad_request(format!(
+            "field 'severity': '{}' is not one of info, warning, critical",
+            alert.severity
+        )));
+    }
+    state.publish(Event::Alert(alert));
+    Ok(Json(serde_json::json!({ "published": true })))
+}
+
+#[derive(Deserialize)]
+struct SubscribeQuery {
+    kinds: Option<String>,
+    agents: Option<String>,
+    tags: Option<String>,
+}
+
+pub(super) async fn subscribe(
+    State(state): State<AppState>,
+    caller: Caller,
+    uri: Uri,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
+    let query: SubscribeQuery = parse_query(&uri)?;
+    let subscription = Subscription::parse(
+        query.kinds.as_deref(),
+        query.agents.as_deref(),
+        query.tags.as_deref(),
+    )
+    .map_err(ApiError::bad_request)?;
+    let mut stopping = state.stopping.subscribe();
+    let stream =
+        BroadcastStream::new(state.events.subscribe()).filter_map(move |received| match received {
+            Ok(event) if subscription.matches(&event) => {
+                let data = serde_json::to_string(&event).expect("events serialise");
+                Some(Ok(SseEvent::default().event(event.kind()).data(data)))
+            }
+            Ok(_) => None,
+            // A slow subscriber skipped events; tell it rather than pretend nothing happened.
+            Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(skipped)) => {
+                Some(Ok(SseEvent::default().event("lagged").data(
+                    serde_json::json!({ "skipped_events": skipped }).to_string(),
+                )))
+            }
+        });
+    // End the stream when the server stops, so graceful shutdown does not wait on it.
+    let stream = futures_util::StreamExt::take_until(stream, async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}

@@ -1,0 +1,147 @@
+//! What every handler shares: the state type, errors as JSON, the authenticated
+//! caller, and body/query parsing that names the bad field.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::de::DeserializeOwned;
+use vantage_model::control::Role;
+
+use crate::archive::{to_us, ArchiveError};
+use crate::state::ServerState;
+
+/// Largest batch one call may carry (results, app metrics).
+pub(super) const MAX_BATCH: usize = 10_000;
+
+pub(super) type AppState = Arc<ServerState>;
+
+/// An API error: its status and a message naming the problem.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub(super) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub(super) fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.message })),
+        )
+            .into_response()
+    }
+}
+
+impl From<ArchiveError> for ApiError {
+    fn from(error: ArchiveError) -> ApiError {
+        tracing::error!("{error}");
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
+    }
+}
+
+pub(super) type ApiResult<T> = Result<T, ApiError>;
+
+/// The caller, authenticated by `Authorization: Bearer TOKEN`.
+pub struct Caller {
+    pub name: String,
+    pub role: Role,
+}
+
+impl Caller {
+    pub(super) fn require(&self, allowed: &[Role]) -> ApiResult<()> {
+        if self.role == Role::Admin || allowed.contains(&self.role) {
+            Ok(())
+        } else {
+            // Admin may do everything, so it is always among the roles named.
+            let names: Vec<&str> = allowed
+                .iter()
+                .chain([&Role::Admin])
+                .map(|role| role.as_str())
+                .collect();
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "token '{}' has role '{}'; this call needs role {}",
+                    self.name,
+                    self.role.as_str(),
+                    names.join(" or ")
+                ),
+            ))
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Caller> {
+        let header = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "missing 'Authorization: Bearer TOKEN' header",
+            )
+        })?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "Authorization header is not 'Bearer TOKEN'",
+                )
+            })?;
+        let (name, role) = state
+            .authenticate(token)
+            .await?
+            .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "unknown bearer token"))?;
+        Ok(Caller { name, role })
+    }
+}
+
+/// Parses a JSON body, naming the path of a bad field.
+pub(super) fn parse_body<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
+    let deserializer = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        ApiError::bad_request(format!("invalid JSON body at '{path}': {}", error.inner()))
+    })
+}
+
+pub(super) fn parse_query<T: DeserializeOwned>(uri: &Uri) -> ApiResult<T> {
+    let query = uri.query().unwrap_or("");
+    serde_urlencoded::from_str(query)
+        .map_err(|error| ApiError::bad_request(format!("invalid query string: {error}")))
+}
+
+pub(super) fn parse_time(name: &str, text: Option<&str>) -> ApiResult<Option<i64>> {
+    text.map(|text| {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .map(|time| to_us(time.with_timezone(&chrono::Utc)))
+            .map_err(|error| {
+                ApiError::bad_request(format!(
+                    "query parameter '{name}': '{text}' is not RFC 3339 ({error})"
+                ))
+            })
+    })
+    .transpose()
+}

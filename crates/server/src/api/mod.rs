@@ -1,0 +1,126 @@
+//! REST + JSON API (docs/api.md). Every error is `{"error": "..."}` with a status
+//! that says whose fault it was; every route but `/healthz` and `/openapi.json`
+//! needs a bearer token whose role allows it.
+
+mod admin;
+mod agents;
+mod app;
+mod common;
+mod config;
+mod results;
+
+use axum::http::{header, StatusCode, Uri};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use crate::openapi;
+use common::AppState;
+pub use common::{ApiError, Caller};
+
+/// Every route as (method, path); `/openapi.json` documents exactly these (tested).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/healthz"),
+    ("get", "/openapi.json"),
+    ("get", "/metrics"),
+    ("post", "/api/v1/tokens"),
+    ("get", "/api/v1/agents"),
+    ("post", "/api/v1/agents"),
+    ("post", "/api/v1/agents/{name}/heartbeat"),
+    ("get", "/api/v1/agents/{name}/runs"),
+    ("post", "/api/v1/results"),
+    ("post", "/api/v1/results/batch"),
+    ("get", "/api/v1/results"),
+    ("get", "/api/v1/series"),
+    ("get", "/api/v1/runs"),
+    ("get", "/api/v1/config"),
+    ("put", "/api/v1/config"),
+    ("post", "/api/v1/requests"),
+    ("get", "/api/v1/app-metrics"),
+    ("post", "/api/v1/app-metrics"),
+    ("post", "/api/v1/alerts"),
+    ("get", "/api/v1/subscribe"),
+    ("post", "/api/v1/retention"),
+];
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
+        )
+        .route(
+            "/openapi.json",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "application/json")],
+                    openapi::DOCUMENT,
+                )
+            }),
+        )
+        .route("/metrics", get(results::metrics))
+        .route("/api/v1/tokens", post(admin::create_token))
+        .route(
+            "/api/v1/agents",
+            get(agents::list_agents).post(agents::register_agent),
+        )
+        .route("/api/v1/agents/{name}/heartbeat", post(agents::heartbeat))
+        .route("/api/v1/agents/{name}/runs", get(agents::assigned_runs))
+        .route(
+            "/api/v1/results",
+            post(results::upload_result).get(results::query_results),
+        )
+        .route("/api/v1/results/batch", post(results::upload_batch))
+        .route("/api/v1/series", get(results::query_series))
+        .route("/api/v1/runs", get(results::query_runs))
+        .route(
+            "/api/v1/config",
+            get(config::get_config).put(config::put_config),
+        )
+        .route("/api/v1/requests", post(config::request_run))
+        .route(
+            "/api/v1/app-metrics",
+            get(app::query_app_metrics).post(app::publish_app_metrics),
+        )
+        .route("/api/v1/alerts", post(app::publish_alert))
+        .route("/api/v1/subscribe", get(app::subscribe))
+        .route("/api/v1/retention", post(admin::retention))
+        .fallback(|uri: Uri| async move {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no route for '{}'; see /openapi.json", uri.path()),
+            )
+        })
+        .method_not_allowed_fallback(|uri: Uri| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("method not allowed on '{}'; see /openapi.json", uri.path()),
+            )
+        })
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::ROUTES;
+    use crate::openapi::DOCUMENT;
+
+    #[test]
+    fn documents_exactly_the_served_routes() {
+        let document: serde_json::Value =
+            serde_json::from_str(DOCUMENT).expect("openapi.json is JSON");
+        assert_eq!(document["openapi"], "3.0.3");
+        let mut documented = BTreeSet::new();
+        for (path, methods) in document["paths"].as_object().expect("paths") {
+            for method in methods.as_object().expect("methods").keys() {
+                documented.insert((method.clone(), path.clone()));
+            }
+        }
+        let served: BTreeSet<(String, String)> = ROUTES
+            .iter()
+            .map(|(method, path)| (method.to_string(), path.to_string()))
+            .collect();
+        assert_eq!(documented, served);
+    }
+}

@@ -1,0 +1,194 @@
+//! Results: uploads (through the ingest pipeline), queries, series, runs, OpenMetrics.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use vantage_model::control::{ResultAck, ResultUpload, Role};
+
+use super::common::{
+    parse_body, parse_query, parse_time, ApiError, ApiResult, AppState, Caller, MAX_BATCH,
+};
+use crate::archive::{from_us, now_us, Ingest, IngestRefusal, ResultFilter};
+use crate::openmetrics;
+
+fn refusal(error: IngestRefusal) -> ApiError {
+    match error {
+        IngestRefusal::Archive(error) => error.into(),
+        IngestRefusal::UnknownRun(_) => ApiError::new(StatusCode::NOT_FOUND, error.to_string()),
+        other => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, other.to_string()),
+    }
+}
+
+pub(super) async fn upload_result(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Json<ResultAck>> {
+    // Agent tokens may be shared by a fleet, so the upload names its agent; admins may
+    // upload on an agent's behalf (replays, imports).
+    caller.require(&[Role::Agent])?;
+    let upload: ResultUpload = parse_body(&body)?;
+    let (ingest, _) = state
+        .ingest
+        .ingest(std::slice::from_ref(&upload))
+        .await?
+        .pop()
+        .expect("one outcome per upload")
+        .map_err(refusal)?;
+    Ok(Json(ResultAck {
+        run_id: upload.run_id,
+        duplicate: ingest == Ingest::Duplicate,
+    }))
+}
+
+pub(super) async fn upload_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Agent])?;
+    let uploads: Vec<ResultUpload> = parse_body(&body)?;
+    if uploads.len() > MAX_BATCH {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "batch of {} results exceeds the limit of {MAX_BATCH}",
+                uploads.len()
+            ),
+        ));
+    }
+    let outcomes = state.ingest.ingest(&uploads).await?;
+    let mut acks = Vec::with_capacity(outcomes.len());
+    for (upload, outcome) in uploads.iter().zip(outcomes) {
+        acks.push(match outcome {
+            Ok((ingest, _)) => {
+                serde_json::json!({ "run_id": upload.run_id, "duplicate": ingest == Ingest::Duplicate })
+            }
+            Err(error) => serde_json::json!({ "run_id": upload.run_id, "error": error.to_string() }),
+        });
+    }
+    Ok(Json(serde_json::json!({ "results": acks })))
+}
+
+#[derive(Deserialize)]
+struct ResultsQuery {
+    client: Option<String>,
+    server: Option<String>,
+    test: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    metric: Option<String>,
+    buckets: Option<i64>,
+    limit: Option<i64>,
+    #[serde(default)]
+    raw: bool,
+}
+
+impl ResultsQuery {
+    fn filter(&self) -> ApiResult<ResultFilter> {
+        Ok(ResultFilter {
+            client: self.client.clone(),
+            server: self.server.clone(),
+            test: self.test.clone(),
+            from_us: parse_time("from", self.from.as_deref())?,
+            to_us: parse_time("to", self.to.as_deref())?,
+            limit: self.limit.unwrap_or(1000).clamp(1, 100_000),
+            include_raw: self.raw,
+        })
+    }
+}
+
+pub(super) async fn query_results(
+    State(state): State<AppState>,
+    caller: Caller,
+    uri: Uri,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
+    let query: ResultsQuery = parse_query(&uri)?;
+    let results = state.archive.results(&query.filter()?).await?;
+    Ok(Json(serde_json::json!({ "results": results })))
+}
+
+pub(super) async fn query_series(
+    State(state): State<AppState>,
+    caller: Caller,
+    uri: Uri,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
+    let query: ResultsQuery = parse_query(&uri)?;
+    let known = || {
+        vantage_model::kinds::metrics()
+            .iter()
+            .map(|metric| metric.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let metric = query.metric.as_deref().ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "query parameter 'metric' is required (one of {})",
+            known()
+        ))
+    })?;
+    if vantage_model::kinds::metric(metric).is_none() {
+        return Err(ApiError::bad_request(format!(
+            "query parameter 'metric': unknown metric '{metric}' (one of {})",
+            known()
+        )));
+    }
+    let mut filter = query.filter()?;
+    let to_us = filter.to_us.unwrap_or_else(now_us);
+    let from_us = filter.from_us.unwrap_or(to_us - 86_400_000_000);
+    if from_us >= to_us {
+        return Err(ApiError::bad_request(
+            "query parameters 'from'/'to': 'from' must be before 'to'",
+        ));
+    }
+    filter.from_us = Some(from_us);
+    filter.to_us = Some(to_us);
+    let buckets = query.buckets.unwrap_or(200).clamp(1, 10_000);
+    let bucket_us = ((to_us - from_us) + buckets - 1) / buckets;
+    let series = state.archive.series(&filter, metric, bucket_us).await?;
+    Ok(Json(serde_json::json!({
+        "metric": metric,
+        "from": from_us_json(from_us),
+        "to": from_us_json(to_us),
+        "bucket_us": bucket_us,
+        "buckets": series,
+    })))
+}
+
+fn from_us_json(time_us: i64) -> serde_json::Value {
+    serde_json::json!(from_us(time_us))
+}
+
+#[derive(Deserialize)]
+struct RunsRange {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+pub(super) async fn query_runs(
+    State(state): State<AppState>,
+    caller: Caller,
+    uri: Uri,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
+    let query: RunsRange = parse_query(&uri)?;
+    let to_us = parse_time("to", query.to.as_deref())?.unwrap_or(i64::MAX);
+    let from_us = parse_time("from", query.from.as_deref())?.unwrap_or(0);
+    let runs = state.archive.runs_between(from_us, to_us).await?;
+    Ok(Json(serde_json::json!({ "runs": runs })))
+}
+
+pub(super) async fn metrics(State(state): State<AppState>, caller: Caller) -> ApiResult<Response> {
+    caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
+    let latest = state.archive.latest_per_pair().await?;
+    Ok((
+        [(header::CONTENT_TYPE, openmetrics::CONTENT_TYPE)],
+        openmetrics::render(&latest, &state.archivers.counts()),
+    )
+        .into_response())
+}

@@ -1,0 +1,87 @@
+//! Result ingest: check and store each upload exactly once (the archive), then hand
+//! every newly stored result to a list of consumers — the event bus, the file and
+//! HTTP archivers, and analyses — in the order they were registered. A duplicate
+//! upload reaches no consumer.
+
+use futures_util::future::BoxFuture;
+use vantage_model::control::ResultUpload;
+
+use crate::archive::{
+    summary_metrics, Archive, ArchiveError, Ingest, IngestRefusal, RunRecord, StoredResult,
+};
+
+/// A result that was just stored, as consumers see it.
+pub struct NewResult<'a> {
+    pub run: &'a RunRecord,
+    pub upload: &'a ResultUpload,
+    /// The stored row with its summary metrics, without the raw document (that is
+    /// `upload.result`).
+    pub summary: StoredResult,
+}
+
+/// Something that acts on every newly stored result (Vector's sinks are the model:
+/// registered by name, each with its own state).
+pub trait ResultConsumer: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Must not fail the ingest: a consumer logs its own problems.
+    fn consume<'a>(&'a self, result: &'a NewResult<'a>) -> BoxFuture<'a, ()>;
+}
+
+pub struct IngestPipeline {
+    archive: Archive,
+    consumers: Vec<Box<dyn ResultConsumer>>,
+}
+
+impl IngestPipeline {
+    pub fn new(archive: Archive, consumers: Vec<Box<dyn ResultConsumer>>) -> IngestPipeline {
+        IngestPipeline { archive, consumers }
+    }
+
+    pub fn consumer_names(&self) -> Vec<&'static str> {
+        self.consumers
+            .iter()
+            .map(|consumer| consumer.name())
+            .collect()
+    }
+
+    /// Stores a batch in one transaction, then fans the new results out; each
+    /// element answers one upload.
+    pub async fn ingest(
+        &self,
+        uploads: &[ResultUpload],
+    ) -> Result<Vec<Result<(Ingest, RunRecord), IngestRefusal>>, ArchiveError> {
+        let outcomes = self.archive.ingest_batch(uploads).await?;
+        for (upload, outcome) in uploads.iter().zip(&outcomes) {
+            if let Ok((Ingest::Stored, run)) = outcome {
+                let new = NewResult {
+                    run,
+                    upload,
+                    summary: summary(run, upload),
+                };
+                for consumer in &self.consumers {
+                    consumer.consume(&new).await;
+                }
+            }
+        }
+        Ok(outcomes)
+    }
+}
+
+fn summary(run: &RunRecord, upload: &ResultUpload) -> StoredResult {
+    StoredResult {
+        run_id: run.id.clone(),
+        test: run.test.clone(),
+        client: run.client.clone(),
+        server: run.server.clone(),
+        start_time: upload.actual_start,
+        end_time: upload.actual_end,
+        outcome: run.state.as_str().to_string(),
+        error: upload.error.clone(),
+        metrics: upload
+            .result
+            .as_ref()
+            .map(|result| summary_metrics(&run.test, result))
+            .unwrap_or_default(),
+        result: None,
+    }
+}

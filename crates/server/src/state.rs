@@ -1,0 +1,92 @@
+//! The server's shared state: the archive, the event bus, the ingest pipeline and
+//! its consumers, and the signals the HTTP layer and the scheduler loop share. No
+//! HTTP types here: handlers in `api/` and the loops in `planner` and `archivers`
+//! both use it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::{mpsc, Notify};
+use vantage_model::control::Role;
+
+use crate::archive::{Archive, ArchiveError};
+use crate::archivers::{ArchiverQueue, Delivery};
+use crate::events::{Event, EventBus};
+use crate::ingest::{IngestPipeline, ResultConsumer};
+use crate::path_changes::PathChanges;
+
+pub struct ServerState {
+    pub archive: Archive,
+    pub events: Arc<EventBus>,
+    /// Stores uploads and hands new results to the consumers.
+    pub ingest: IngestPipeline,
+    /// Woken when new runs are stored, so long-polling agents answer at once.
+    pub runs_stored: Notify,
+    /// Known tokens by value; tokens are never revoked, so caching them is safe.
+    token_cache: RwLock<HashMap<String, (String, Role)>>,
+    /// Turns true when the server stops: ends event streams and long polls.
+    pub stopping: tokio::sync::watch::Sender<bool>,
+    /// The file and HTTP archivers' queue (its counts are exported in `/metrics`).
+    pub archivers: ArchiverQueue,
+}
+
+impl ServerState {
+    /// The state and the receiving end of its archiver queue (for `archivers::run`).
+    pub async fn new(
+        archive: Archive,
+    ) -> Result<(Arc<ServerState>, mpsc::Receiver<Delivery>), ArchiveError> {
+        let events = Arc::new(EventBus::default());
+        let (archivers, deliveries) = ArchiverQueue::new();
+        // The consumers of every newly stored result, in order; an analysis is one
+        // more line here.
+        let consumers: Vec<Box<dyn ResultConsumer>> = vec![
+            Box::new(Arc::clone(&events)),
+            Box::new(archivers.clone()),
+            Box::new(PathChanges {
+                archive: archive.clone(),
+                events: Arc::clone(&events),
+            }),
+        ];
+        let state = Arc::new(ServerState {
+            ingest: IngestPipeline::new(archive.clone(), consumers),
+            archive,
+            events,
+            runs_stored: Notify::new(),
+            token_cache: RwLock::new(HashMap::new()),
+            stopping: tokio::sync::watch::channel(false).0,
+            archivers,
+        });
+        state.refresh_agent_tags().await?;
+        Ok((state, deliveries))
+    }
+
+    pub async fn refresh_agent_tags(&self) -> Result<(), ArchiveError> {
+        self.events.set_agents(&self.archive.agents().await?);
+        Ok(())
+    }
+
+    /// Publishes an event; having no subscriber is fine.
+    pub fn publish(&self, event: Event) {
+        self.events.publish(event);
+    }
+
+    /// The name and role a bearer token grants, if it is known.
+    pub async fn authenticate(&self, token: &str) -> Result<Option<(String, Role)>, ArchiveError> {
+        if let Some(known) = self
+            .token_cache
+            .read()
+            .expect("token cache lock")
+            .get(token)
+        {
+            return Ok(Some(known.clone()));
+        }
+        let found = self.archive.token(token).await?;
+        if let Some(known) = &found {
+            self.token_cache
+                .write()
+                .expect("token cache lock")
+                .insert(token.to_string(), known.clone());
+        }
+        Ok(found)
+    }
+}

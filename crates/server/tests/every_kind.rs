@@ -1,0 +1,248 @@
+//! Fleet parity: a configuration with every test kind, run by two agents on loopback
+//! against each other and against hosts that are not agents — a stock `iperf3 -s`,
+//! a TWAMP-Light/STAMP reflector and an ICMP/trace target. Every planned run must complete
+//! with a result carrying its kind's metrics; none may be a non-start or a failure.
+//! Run against SQLite and PostgreSQL.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Kind, TestDb};
+use serde_json::json;
+use vantage_agent::AgentOptions;
+use vantage_probe::endpoint::{Endpoint, EndpointConfig};
+use vantage_server::archive::{now_us, ResultFilter, RunState};
+
+/// Stops agents and the reflector, and kills `iperf3 -s`, even when the test fails.
+struct Guard {
+    stop: tokio::sync::watch::Sender<bool>,
+    iperf3: Child,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        let _ = self.iperf3.kill();
+        let _ = self.iperf3.wait();
+    }
+}
+
+/// A stock `iperf3 -s` on a free loopback port, once it accepts connections.
+fn start_iperf3() -> (Child, u16) {
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("iperf3")
+        .args(["-s", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("iperf3 must be installed (scripts/install-deps installs it)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "iperf3 -s did not start listening"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, port)
+}
+
+async fn every_kind_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "kinds").await;
+    let (server, admin, agent_token) =
+        common::start_fleet_server(&db, Duration::from_secs(20), Duration::from_secs(15)).await;
+    let spool = tempfile::tempdir().unwrap();
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (iperf3, iperf3_port) = start_iperf3();
+    let _guard = Guard {
+        stop: stop.clone(),
+        iperf3,
+    };
+    // A reflector that is not an agent (a vantage endpoint without the control plane).
+    let reflector = Endpoint::bind(EndpointConfig {
+        listen: Some(Ipv4Addr::LOCALHOST.into()),
+        port: 0,
+        ..EndpointConfig::default()
+    })
+    .unwrap();
+    let reflector_port = reflector.local_addr().port();
+    let mut reflector_stopped = stopped.clone();
+    tokio::spawn(reflector.run(async move {
+        let _ = reflector_stopped.wait_for(|stop| *stop).await;
+    }));
+
+    let mut agents = Vec::new();
+    for name in ["k1", "k2"] {
+        let mut options =
+            AgentOptions::new(&server.url(), &agent_token, name, spool.path().join(name));
+        options.endpoint_listen = Some(Ipv4Addr::LOCALHOST.into());
+        let mut stopped = stopped.clone();
+        agents.push(tokio::spawn(vantage_agent::run(options, async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        })));
+    }
+    // One occurrence of each task, due a few seconds after the configuration is
+    // applied whatever the phase of the minute (offsets count from the epoch).
+    let offset = format!("{}s", (now_us() / 1_000_000 + 6) % 60);
+    let config = json!({
+        "groups": [
+            {"name": "pair", "kind": "list", "pairs": [["k1", "k2"]]},
+            {"name": "to-iperf3", "kind": "external", "members": ["k1"], "targets": [format!("127.0.0.1:{iperf3_port}")]},
+            {"name": "to-reflector", "kind": "external", "members": ["k2"], "targets": [format!("127.0.0.1:{reflector_port}")]},
+            {"name": "to-host", "kind": "external", "members": ["k1"], "targets": ["127.0.0.1"]}
+        ],
+        "tests": [
+            {"name": "rtt", "type": "latency", "spec": {"count": 5, "interval": "10ms", "timeout": "500ms"}},
+            {"name": "stamp", "type": "latency", "spec": {"count": 5, "interval": "10ms", "timeout": "500ms", "udp_mode": "stamp"}},
+            {"name": "ping-4096", "type": "latency", "spec": {"protocol": "icmp", "size": 4096, "allow_fragmentation": true, "count": 3, "interval": "10ms", "timeout": "500ms"}},
+            {"name": "bulk", "type": "throughput", "spec": {"duration": "1s"}},
+            {"name": "bulk-iperf3", "type": "throughput", "spec": {"tool": "iperf3", "duration": "1s"}},
+            {"name": "downlink", "type": "capacity", "spec": {"reverse": true, "tcp_duration": "500ms", "udp_probe_duration": "300ms", "tcp_streams": 2}},
+            {"name": "queue", "type": "sandwich", "spec": {"count": 5, "interval": "20ms", "timeout": "500ms"}},
+            {"name": "route", "type": "trace", "spec": {"max_ttl": 4, "queries": 2, "timeout": "500ms"}},
+            {"name": "route-icmp", "type": "trace", "spec": {"protocol": "icmp", "max_ttl": 4, "queries": 2, "timeout": "500ms"}}
+        ],
+        "tasks": [
+            {"name": "lat", "test": "rtt", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
+            {"name": "stamp-ext", "test": "stamp", "group": "to-reflector", "every": "1m", "offset": offset, "slip": "40s"},
+            {"name": "icmp-ext", "test": "ping-4096", "group": "to-host", "every": "1m", "offset": offset, "slip": "40s"},
+            {"name": "tput", "test": "bulk", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
+            {"name": "tput-agents-iperf3", "test": "bulk-iperf3", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
+            {"name": "tput-ext-iperf3", "test": "bulk-iperf3", "group": "to-iperf3", "every": "1m", "offset": offset, "slip": "40s"},
+            {"name": "cap", "test": "downlink", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
+            {"name": "sandwich", "test": "queue", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
+            {"name": "trace-agents", "test": "route", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
+            {"name": "trace-ext", "test": "route-icmp", "group": "to-host", "every": "1m", "offset": offset, "slip": "40s"}
+        ]
+    });
+    let (status, body) = admin.call("PUT", "/api/v1/config", Some(config)).await;
+    assert_eq!(status, 200, "{body}");
+    let applied_us = now_us();
+
+    // One occurrence of every task: wait until each task has a finished run (bounded).
+    let tasks: BTreeSet<&str> = [
+        "lat",
+        "stamp-ext",
+        "icmp-ext",
+        "tput",
+        "tput-agents-iperf3",
+        "tput-ext-iperf3",
+        "cap",
+        "sandwich",
+        "trace-agents",
+        "trace-ext",
+    ]
+    .into();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let runs = loop {
+        let runs = server
+            .state
+            .archive
+            .runs_between(applied_us - 5_000_000, applied_us + 60_000_000)
+            .await
+            .unwrap();
+        let finished: BTreeSet<&str> = runs
+            .iter()
+            .filter(|run| !matches!(run.state, RunState::Scheduled | RunState::Dispatched))
+            .map(|run| run.task.as_str())
+            .collect();
+        if finished == tasks || tokio::time::Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let _ = stop.send(true);
+    for agent in agents {
+        agent.await.unwrap().expect("agent ran without error");
+    }
+
+    // Every run of every kind completed: no non-start, failure or miss.
+    let by_task: BTreeMap<&str, Vec<_>> = runs.iter().fold(BTreeMap::new(), |mut map, run| {
+        map.entry(run.task.as_str())
+            .or_insert_with(Vec::new)
+            .push(run);
+        map
+    });
+    assert_eq!(
+        by_task.keys().copied().collect::<BTreeSet<_>>(),
+        tasks,
+        "{runs:#?}"
+    );
+    for run in &runs {
+        assert_eq!(run.state, RunState::Completed, "{run:#?}");
+    }
+    for external in ["tput-ext-iperf3", "stamp-ext", "icmp-ext", "trace-ext"] {
+        assert!(
+            by_task[external].iter().all(|run| run.target.is_some()),
+            "{external} runs name their external host"
+        );
+    }
+
+    // Each result carries its kind's summary metrics.
+    let results = server
+        .state
+        .archive
+        .results(&ResultFilter {
+            limit: 1000,
+            include_raw: true,
+            ..ResultFilter::default()
+        })
+        .await
+        .unwrap();
+    let metric = |task: &str, name: &str| -> f64 {
+        let run = &by_task[task][0];
+        let result = results
+            .iter()
+            .find(|result| result.run_id == run.id)
+            .unwrap_or_else(|| panic!("{task}: no result"));
+        *result
+            .metrics
+            .get(name)
+            .unwrap_or_else(|| panic!("{task}: no {name} in {result:#?}"))
+    };
+    assert!(metric("lat", "rtt_median_us") > 0.0);
+    assert_eq!(metric("stamp-ext", "loss_ratio"), 0.0);
+    assert_eq!(metric("icmp-ext", "loss_ratio"), 0.0);
+    assert!(metric("tput", "received_bps") > 1e6);
+    assert!(metric("tput-agents-iperf3", "received_bps") > 1e6);
+    assert!(metric("tput-ext-iperf3", "received_bps") > 1e6);
+    assert!(metric("cap", "capacity_bps") > 1e6);
+    assert!(metric("sandwich", "sandwich_lost_rounds") == 0.0);
+    for trace in ["trace-agents", "trace-ext"] {
+        assert_eq!(metric(trace, "destination_reached"), 1.0, "{trace}");
+        assert_eq!(metric(trace, "hop_count"), 1.0, "{trace}");
+    }
+    let raw = |task: &str| {
+        let run = &by_task[task][0];
+        results
+            .iter()
+            .find(|result| result.run_id == run.id)
+            .and_then(|result| result.result.clone())
+            .unwrap()
+    };
+    assert_eq!(raw("stamp-ext")["spec"]["udp_mode"], "stamp");
+    assert_eq!(raw("icmp-ext")["spec"]["size_bytes"], 4096);
+    assert_eq!(raw("cap")["spec"]["reverse"], true);
+    assert_eq!(raw("tput-ext-iperf3")["spec"]["tool"], "iperf3");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_kind_on_sqlite() {
+    every_kind_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_kind_on_postgres() {
+    every_kind_scenario(Kind::Postgres).await;
+}
