@@ -148,7 +148,7 @@ fn print_status(status: &LabStatus) {
                 ("reverse", &counters.reverse),
             ] {
                 println!(
-                    "    {label} counters: received {} forwarded {} lost {} (burst {}) queue-drops {} rate-drops {} overrun {} dup {} corrupt {} reorder {}",
+                    "    {label} counters: received {} forwarded {} lost {} (burst {}) queue-drops {} rate-drops {} overrun {} dup {} corrupt {} reorder {} released-late {} (worst {} µs)",
                     c.received,
                     c.forwarded,
                     c.dropped_random_loss,
@@ -158,7 +158,9 @@ fn print_status(status: &LabStatus) {
                     c.dropped_socket_overrun,
                     c.duplicated,
                     c.corrupted,
-                    c.reordered
+                    c.reordered,
+                    c.released_late,
+                    c.max_release_lateness_us
                 );
             }
         }

@@ -105,6 +105,27 @@ impl LabGuard {
         serde_json::from_str(&vantage_ok(&["lab", "status", &self.name, "--json"]))
             .expect("status JSON")
     }
+
+    /// The forwarder's own account of frames it wrote late, for failure messages: a timing
+    /// failure with none says the path, not the machine, added the delay.
+    fn release_lateness(&self) -> String {
+        let status = self.status_json();
+        let links = status["counters"].as_array().cloned().unwrap_or_default();
+        links
+            .iter()
+            .flat_map(|link| {
+                ["forward", "reverse"].map(|direction| {
+                    format!(
+                        "{} {direction}: {} released late, worst {} µs",
+                        link["link"].as_str().unwrap_or("?"),
+                        link[direction]["released_late"],
+                        link[direction]["max_release_lateness_us"]
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }
 
 impl Drop for LabGuard {
@@ -244,7 +265,8 @@ fn delay_of_20ms_each_way_reads_40ms_in_ping() {
     let median_ms = median(&mut rtts);
     assert!(
         (median_ms - 40.0).abs() <= 1.0,
-        "median RTT {median_ms} ms, expected 40 ± 1 ms"
+        "median RTT {median_ms} ms, expected 40 ± 1 ms; forwarder: {}",
+        lab.release_lateness()
     );
 }
 
@@ -479,7 +501,8 @@ fn gigabit_app_incidents_switch_on_and_off() {
     let base = median_rtt(&lab);
     assert!(
         (5.0..7.5).contains(&base),
-        "base RTT {base} ms: 5 ms configured plus ten forwarder passes"
+        "base RTT {base} ms: 5 ms configured plus ten forwarder passes; forwarder: {}",
+        lab.release_lateness()
     );
 
     incident("extra-hop", "on");
@@ -615,8 +638,10 @@ fn duplication_corruption_and_reordering_reach_the_wire() {
         .as_u64()
         .unwrap();
     assert_eq!(
-        reordered as usize, overtaking,
-        "every fast reply is a reordered request"
+        reordered as usize,
+        overtaking,
+        "every fast reply is a reordered request: {rtts:?}; forwarder: {}",
+        lab.release_lateness()
     );
 }
 
@@ -726,13 +751,19 @@ fn small_window_over_a_delayed_path_is_limited_by_the_receive_window() {
     assert!(output.status.success(), "{output:?}");
     let result: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     let evidence = &result["evidence"];
-    assert_eq!(result["limited_by"], "receive_window", "{evidence}");
+    assert_eq!(
+        result["limited_by"],
+        "receive_window",
+        "{evidence}; forwarder: {}",
+        lab.release_lateness()
+    );
     let received_bps = result["summary"]["received_bps"].as_f64().unwrap();
     let window_rate_bps = evidence["window_rate_bps"].as_f64().expect("window/RTT");
     let rtt_us = evidence["rtt_us"].as_f64().expect("RTT evidence");
     assert!(
         (17_000.0..=26_000.0).contains(&rtt_us),
-        "RTT {rtt_us} µs over a 20 ms path: {evidence}"
+        "RTT {rtt_us} µs over a 20 ms path: {evidence}; forwarder: {}",
+        lab.release_lateness()
     );
     assert!(
         (received_bps / window_rate_bps - 1.0).abs() <= 0.3,

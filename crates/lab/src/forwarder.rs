@@ -4,8 +4,14 @@
 //! [`ImpairmentEngine`] decide their fate, holds them until their release time and writes them
 //! to the other side, where the kernel's `tbf` (if a rate is set) shapes them.
 //!
-//! Timing: the thread sleeps in `ppoll` (nanosecond timeout, timer slack 1 ns) until
-//! [`SPIN_NS`] before the next release, then spins, so release times are met within a few µs.
+//! Timing: a frame's arrival is the kernel's receive timestamp (`SO_TIMESTAMPNS`), so a thread
+//! woken late still holds the frame for its configured delay from when it reached the link, not
+//! from when the thread got to it. The thread sleeps in `ppoll` (nanosecond timeout, timer slack
+//! 1 ns) until a margin before the next release, then spins. The margin is [`SPIN_NS`] plus how
+//! late the thread's recent timed waits have ended (up to [`MAX_SPIN_NS`]): a virtual CPU woken
+//! from idle can take a millisecond, and a release must not inherit that. Frames written more
+//! than [`LATE_RELEASE_NS`] after their release time are counted, so `lab status` says when the
+//! machine could not keep the emulated delays.
 //! A Unix control socket (`/run/vantage-lab/<lab>/control.sock`) takes new impairments
 //! (`lab set`) and reports counters (`lab status`).
 
@@ -24,8 +30,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Below this much time to the next release the thread spins instead of sleeping.
+/// Below this much time to the next release the thread spins instead of sleeping, at least.
 const SPIN_NS: u64 = 50_000;
+/// The spin before a release grows with observed wake-up lateness up to this bound.
+const MAX_SPIN_NS: u64 = 2_000_000;
+/// A frame written this much after its release time is counted as `released_late`.
+const LATE_RELEASE_NS: u64 = 200_000;
+/// A kernel receive timestamp older than this (a clock step) is not trusted; the read time is used.
+const MAX_TIMESTAMP_AGE_NS: u64 = 1_000_000_000;
 /// Packets held per direction; more are dropped (and counted), like netem's `limit`.
 const DELAY_QUEUE_PACKETS: usize = 20_000;
 /// Largest frame read: 64 KiB MTU plus Ethernet and VLAN headers.
@@ -50,6 +62,13 @@ pub struct DirectionCounters {
     pub duplicated: u64,
     pub corrupted: u64,
     pub reordered: u64,
+    /// Frames written more than [`LATE_RELEASE_NS`] after their release time: the machine
+    /// delayed the forwarder, and those frames saw more delay than configured.
+    #[serde(default)]
+    pub released_late: u64,
+    /// The latest any frame was written after its release time, in µs.
+    #[serde(default)]
+    pub max_release_lateness_us: u64,
 }
 
 #[derive(Default)]
@@ -64,6 +83,8 @@ struct AtomicCounters {
     duplicated: AtomicU64,
     corrupted: AtomicU64,
     reordered: AtomicU64,
+    released_late: AtomicU64,
+    max_release_lateness_us: AtomicU64,
 }
 
 impl AtomicCounters {
@@ -80,6 +101,8 @@ impl AtomicCounters {
             duplicated: get(&self.duplicated),
             corrupted: get(&self.corrupted),
             reordered: get(&self.reordered),
+            released_late: get(&self.released_late),
+            max_release_lateness_us: get(&self.max_release_lateness_us),
         }
     }
 }
@@ -145,14 +168,35 @@ pub fn control_request(lab: &str, request: &ControlRequest) -> Result<ControlRes
         .map_err(|e| format!("forwarder sent a bad answer ({e}): {answer}"))
 }
 
-fn monotonic_ns() -> u64 {
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    timespec_ns(&now)
+}
+
+fn timespec_ns(time: &libc::timespec) -> u64 {
+    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+}
+
+fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The monotonic time of a kernel receive timestamp (`CLOCK_REALTIME`), or `now_ns` when there is
+/// none or it is implausible (in the future, or older than [`MAX_TIMESTAMP_AGE_NS`]).
+fn arrival_from_timestamp(received_realtime_ns: Option<u64>, now_ns: u64) -> u64 {
+    let Some(received_realtime_ns) = received_realtime_ns else {
+        return now_ns;
+    };
+    let age_ns = clock_ns(libc::CLOCK_REALTIME).saturating_sub(received_realtime_ns);
+    if age_ns > MAX_TIMESTAMP_AGE_NS {
+        return now_ns;
+    }
+    now_ns.saturating_sub(age_ns)
 }
 
 fn last_error(context: &str) -> String {
@@ -200,6 +244,7 @@ fn packet_socket(interface: &str, receive: bool) -> Result<OwnedFd, String> {
                 8 << 20,
                 "SO_RCVBUFFORCE",
             )?;
+            set_int(libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1, "SO_TIMESTAMPNS")?;
             (libc::ETH_P_ALL as u16).to_be()
         } else {
             set_int(
@@ -233,6 +278,18 @@ struct Held {
     frame: Vec<u8>,
 }
 
+/// Writes a held frame and accounts for how late it went out.
+fn release_frame(tx: RawFd, packet: &Held, now_ns: u64, counters: &AtomicCounters) {
+    send_frame(tx, &packet.frame, counters);
+    let lateness_ns = now_ns.saturating_sub(packet.release_ns);
+    if lateness_ns > LATE_RELEASE_NS {
+        bump(&counters.released_late);
+    }
+    counters
+        .max_release_lateness_us
+        .fetch_max(lateness_ns / 1_000, Ordering::Relaxed);
+}
+
 fn send_frame(tx: RawFd, frame: &[u8], counters: &AtomicCounters) {
     // SAFETY: frame is a valid buffer; tx is an open packet socket.
     let sent = unsafe {
@@ -247,6 +304,61 @@ fn send_frame(tx: RawFd, frame: &[u8], counters: &AtomicCounters) {
         bump(&counters.dropped_rate_queue);
     } else {
         bump(&counters.forwarded);
+    }
+}
+
+/// Reads one frame into `buffer` without waiting: its length and the kernel's receive
+/// timestamp (`CLOCK_REALTIME` ns) if the socket gave one.
+fn receive_frame(rx: RawFd, buffer: &mut [u8]) -> Option<(usize, Option<u64>)> {
+    let mut vector = libc::iovec {
+        iov_base: buffer.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buffer.len(),
+    };
+    // u64 elements keep the control buffer aligned for `cmsghdr`.
+    let mut control = [0u64; 8];
+    // SAFETY: an all-zero msghdr is valid; the pointers set below outlive the call.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut vector;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    message.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: message points at valid buffers for their stated lengths.
+    let length = unsafe { libc::recvmsg(rx, &mut message, libc::MSG_DONTWAIT) };
+    if length <= 0 {
+        return None;
+    }
+    let mut received_ns = None;
+    // SAFETY: the kernel filled `control` up to msg_controllen; CMSG_* walk within it.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET
+                && (*header).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let stamp: libc::timespec =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(header) as *const libc::timespec);
+                received_ns = Some(timespec_ns(&stamp));
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    Some((length as usize, received_ns))
+}
+
+/// How late the thread's timed waits end, as a maximum that decays by 1/256 per wait: the
+/// spin before each release covers it.
+#[derive(Default)]
+struct WakeLateness {
+    estimate_ns: u64,
+}
+
+impl WakeLateness {
+    fn observe(&mut self, late_ns: u64) {
+        self.estimate_ns = late_ns.max(self.estimate_ns - self.estimate_ns / 256);
+    }
+
+    fn spin_ns(&self) -> u64 {
+        (SPIN_NS + self.estimate_ns).min(MAX_SPIN_NS)
     }
 }
 
@@ -267,7 +379,7 @@ fn wait_readable(rx: RawFd, timeout_ns: u64) {
 
 /// Real-time FIFO priority for a forwarding thread: a busy machine (compilers, tests) then
 /// delays packets by microseconds instead of milliseconds. The thread mostly sleeps and spins at
-/// most [`SPIN_NS`] per release, and the kernel's RT throttling bounds it in any case.
+/// most [`MAX_SPIN_NS`] per release, and the kernel's RT throttling bounds it in any case.
 fn use_realtime_priority() {
     let parameters = libc::sched_param { sched_priority: 10 };
     // SAFETY: pid 0 = the calling thread; valid sched_param.
@@ -286,17 +398,27 @@ fn run_direction(rx: OwnedFd, tx: OwnedFd, shared: Arc<DirectionShared>, seed: u
     let mut held: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
     let mut sequence = 0u64;
     let mut buffer = vec![0u8; MAX_FRAME_BYTES];
+    let mut wake_lateness = WakeLateness::default();
     let counters = &shared.counters;
     loop {
         // Release everything that is due.
         let now = monotonic_ns();
         while held.peek().is_some_and(|Reverse(h)| h.release_ns <= now) {
             let Reverse(packet) = held.pop().expect("peeked");
-            send_frame(tx.as_raw_fd(), &packet.frame, counters);
+            release_frame(tx.as_raw_fd(), &packet, now, counters);
         }
+        let spin_ns = wake_lateness.spin_ns();
         match held.peek() {
-            Some(Reverse(next)) if next.release_ns - now <= SPIN_NS => {}
-            Some(Reverse(next)) => wait_readable(rx.as_raw_fd(), next.release_ns - now - SPIN_NS),
+            Some(Reverse(next)) if next.release_ns - now <= spin_ns => {}
+            Some(Reverse(next)) => {
+                let wake_ns = next.release_ns - spin_ns;
+                wait_readable(rx.as_raw_fd(), wake_ns - now);
+                // Ended early means a frame arrived; ended late is what the spin must cover.
+                let woke_ns = monotonic_ns();
+                if woke_ns >= wake_ns {
+                    wake_lateness.observe(woke_ns - wake_ns);
+                }
+            }
             None => wait_readable(rx.as_raw_fd(), 100_000_000),
         }
         // Drain what arrived; bounded so a flood cannot starve releases.
@@ -306,21 +428,13 @@ fn run_direction(rx: OwnedFd, tx: OwnedFd, shared: Arc<DirectionShared>, seed: u
             .map(|i| i.clone())
             .unwrap_or_default();
         for _ in 0..64 {
-            // SAFETY: buffer is valid for its length.
-            let length = unsafe {
-                libc::recv(
-                    rx.as_raw_fd(),
-                    buffer.as_mut_ptr() as *mut libc::c_void,
-                    buffer.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if length <= 0 {
+            let Some((length, received_ns)) = receive_frame(rx.as_raw_fd(), &mut buffer) else {
                 break;
-            }
-            let arrival_ns = monotonic_ns();
+            };
+            let read_ns = monotonic_ns();
+            let arrival_ns = arrival_from_timestamp(received_ns, read_ns);
             bump(&counters.received);
-            let mut frame = buffer[..length as usize].to_vec();
+            let mut frame = buffer[..length].to_vec();
             let network_start = ETHERNET_HEADER_BYTES.min(frame.len());
             match engine.decide(&impairment, arrival_ns, &mut frame[network_start..]) {
                 Decision::Drop(DropReason::RandomLoss) => bump(&counters.dropped_random_loss),
@@ -337,8 +451,7 @@ fn run_direction(rx: OwnedFd, tx: OwnedFd, shared: Arc<DirectionShared>, seed: u
                     if reordered {
                         bump(&counters.reordered);
                     }
-                    if release_ns <= arrival_ns && held.is_empty() && duplicate_release_ns.is_none()
-                    {
+                    if release_ns <= read_ns && held.is_empty() && duplicate_release_ns.is_none() {
                         // Nothing to wait for: the floor path, no queueing.
                         send_frame(tx.as_raw_fd(), &frame, counters);
                         continue;
@@ -508,4 +621,46 @@ pub fn run_forwarder(lab: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrival_is_the_kernel_timestamp_unless_it_is_missing_or_implausible() {
+        let now_ns = monotonic_ns();
+        let five_ms_ago = clock_ns(libc::CLOCK_REALTIME) - 5_000_000;
+        let arrival_ns = arrival_from_timestamp(Some(five_ms_ago), now_ns);
+        // The two clocks are read a few µs apart: allow that, not a millisecond.
+        assert!(
+            (now_ns - arrival_ns).abs_diff(5_000_000) < 1_000_000,
+            "arrival {} µs before now",
+            (now_ns - arrival_ns) / 1_000
+        );
+        assert_eq!(arrival_from_timestamp(None, now_ns), now_ns);
+        let in_the_future = clock_ns(libc::CLOCK_REALTIME) + 60_000_000_000;
+        assert_eq!(arrival_from_timestamp(Some(in_the_future), now_ns), now_ns);
+        let before_a_clock_step = clock_ns(libc::CLOCK_REALTIME) - 2 * MAX_TIMESTAMP_AGE_NS;
+        assert_eq!(
+            arrival_from_timestamp(Some(before_a_clock_step), now_ns),
+            now_ns
+        );
+    }
+
+    #[test]
+    fn the_spin_covers_recent_wake_lateness_within_its_bounds() {
+        let mut lateness = WakeLateness::default();
+        assert_eq!(lateness.spin_ns(), SPIN_NS);
+        lateness.observe(1_000_000);
+        assert_eq!(lateness.spin_ns(), SPIN_NS + 1_000_000);
+        // Punctual wakes let it decay by 1/256 each, never below the floor.
+        for _ in 0..256 {
+            lateness.observe(0);
+        }
+        let decayed = lateness.spin_ns() - SPIN_NS;
+        assert!((360_000..380_000).contains(&decayed), "{decayed}");
+        lateness.observe(10_000_000);
+        assert_eq!(lateness.spin_ns(), MAX_SPIN_NS);
+    }
 }

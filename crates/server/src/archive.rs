@@ -521,42 +521,48 @@ impl Archive {
 
     /// Runs for client `agent` starting before `until_us` that it has not fetched yet
     /// (plus, with `include_dispatched`, those it fetched before: an agent that restarted
-    /// asks for them again). Returned runs are marked dispatched in the same transaction.
+    /// asks for them again). Returned runs are marked dispatched.
     pub async fn take_runs_for(
         &self,
         agent: &str,
         until_us: i64,
         include_dispatched: bool,
     ) -> Result<Vec<RunRecord>, ArchiveError> {
-        let states = if include_dispatched {
-            "('scheduled', 'dispatched')"
-        } else {
-            "('scheduled')"
-        };
         let mut tx = self
             .write_transaction()
             .await
             .map_err(sql("reading assigned runs"))?;
-        let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE client = $1 AND state IN {states} \
-             AND planned_start_us < $2 ORDER BY planned_start_us"
-        ))
-        .bind(agent)
-        .bind(until_us)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(sql("reading assigned runs"))?;
-        let runs: Vec<RunRecord> = rows.iter().map(run_from_row).collect::<Result<_, _>>()?;
-        for run in runs.iter().filter(|run| run.state == RunState::Scheduled) {
-            sqlx::query(
-                "UPDATE runs SET state = 'dispatched' WHERE id = $1 AND state = 'scheduled'",
-            )
-            .bind(&run.id)
-            .execute(&mut *tx)
+        let mut rows = Vec::new();
+        if include_dispatched {
+            rows = sqlx::query(&format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE client = $1 AND state = 'dispatched' \
+                 AND planned_start_us < $2"
+            ))
+            .bind(agent)
+            .bind(until_us)
+            .fetch_all(&mut *tx)
             .await
-            .map_err(sql("marking runs dispatched"))?;
+            .map_err(sql("reading assigned runs"))?;
         }
+        // One statement both claims and reads the runs. A replan discarding the forecast
+        // meanwhile either finds them dispatched (and keeps them) or deleted them first
+        // (and they are not handed out); reading, then marking, could hand out a run the
+        // replan had just deleted and planned again elsewhere, and an agent would run two
+        // exclusive tests at once.
+        rows.extend(
+            sqlx::query(&format!(
+                "UPDATE runs SET state = 'dispatched' WHERE client = $1 AND state = 'scheduled' \
+                 AND planned_start_us < $2 RETURNING {RUN_COLUMNS}"
+            ))
+            .bind(agent)
+            .bind(until_us)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(sql("marking runs dispatched"))?,
+        );
         tx.commit().await.map_err(sql("marking runs dispatched"))?;
+        let mut runs: Vec<RunRecord> = rows.iter().map(run_from_row).collect::<Result<_, _>>()?;
+        runs.sort_by(|a, b| (a.planned_start_us, &a.id).cmp(&(b.planned_start_us, &b.id)));
         Ok(runs)
     }
 

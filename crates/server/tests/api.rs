@@ -909,3 +909,63 @@ async fn path_changes_on_sqlite() {
 async fn path_changes_on_postgres() {
     path_change_scenario(Kind::Postgres).await;
 }
+
+/// An agent fetching its runs while a replan discards the forecast: every run handed out
+/// must survive the discard as dispatched (the replan then plans around it). A run handed
+/// out and deleted would be planned again elsewhere, and the agent would run both.
+async fn fetch_during_replan_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "fetchrace").await;
+    let archive = std::sync::Arc::new(
+        vantage_server::archive::Archive::open(&db.url)
+            .await
+            .unwrap(),
+    );
+    let (rounds, runs_per_round) = (60, 30);
+    let mut handed_out = 0;
+    for round in 0..rounds {
+        // Each round's runs have their own time range, so earlier rounds' runs stay out of it.
+        let start = now_us() + 60_000_000 + round * 1_000;
+        let runs: Vec<RunRecord> = (0..runs_per_round)
+            .map(|index| run_record(&format!("race-{round}-{index}"), "a", "b", start + index))
+            .collect();
+        archive.insert_runs(&runs).await.unwrap();
+        let (fetcher, replanner) = (archive.clone(), archive.clone());
+        let fetch = tokio::spawn(async move { fetcher.take_runs_for("a", i64::MAX, false).await });
+        let discard = tokio::spawn(async move { replanner.discard_forecast(0).await });
+        let taken = fetch.await.unwrap().unwrap();
+        let discarded = discard.await.unwrap().unwrap();
+        let kept = archive
+            .runs_between(start, start + runs_per_round)
+            .await
+            .unwrap();
+        for run in &taken {
+            let stored = kept.iter().find(|stored| stored.id == run.id);
+            assert!(
+                stored.is_some_and(|stored| stored.state == RunState::Dispatched),
+                "round {round}: {} was handed out but the replan deleted it ({} taken, {discarded} discarded)",
+                run.id,
+                taken.len()
+            );
+        }
+        assert_eq!(
+            taken.len() as u64 + discarded,
+            runs_per_round as u64,
+            "round {round}: each run is either handed out or discarded"
+        );
+        handed_out += taken.len();
+    }
+    println!(
+        "{handed_out} of {} runs handed out, the rest discarded",
+        rounds * runs_per_round
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_fetched_during_a_replan_are_kept_on_sqlite() {
+    fetch_during_replan_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_fetched_during_a_replan_are_kept_on_postgres() {
+    fetch_during_replan_scenario(Kind::Postgres).await;
+}
