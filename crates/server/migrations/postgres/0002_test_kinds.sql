@@ -2,7 +2,9 @@
 -- metric name, so a test kind that exports a new metric needs no schema change.
 -- Existing values are copied over; the old columns are dropped.
 -- The run's pair, test and start are repeated here so that a series (one metric of
--- one pair over time) is one index range scan, without a join.
+-- one pair over time) is one index range scan, without a join; the index carries the
+-- value too, so the scan never visits the table (an index-only scan, 10 000 rows of a
+-- week read from ~90 index pages instead of one table page each).
 CREATE TABLE result_metrics (
     run_id TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -13,7 +15,11 @@ CREATE TABLE result_metrics (
     test TEXT NOT NULL,
     PRIMARY KEY (run_id, name)
 );
-CREATE INDEX result_metrics_series ON result_metrics (name, client, server, test, start_us);
+CREATE INDEX result_metrics_series ON result_metrics (name, client, server, test, start_us) INCLUDE (value);
+-- Index-only scans skip the table only for pages the visibility map marks all-visible,
+-- which a VACUUM sets. This table is append-mostly, where autovacuum's default (after
+-- inserts of 20 % of the table) would leave the newest weeks, the most queried, unmarked.
+ALTER TABLE result_metrics SET (autovacuum_vacuum_insert_scale_factor = 0.01);
 INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) SELECT run_id, 'rtt_min_us', rtt_min_us, start_us, client, server, test FROM results WHERE rtt_min_us IS NOT NULL;
 INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) SELECT run_id, 'rtt_median_us', rtt_median_us, start_us, client, server, test FROM results WHERE rtt_median_us IS NOT NULL;
 INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) SELECT run_id, 'rtt_p95_us', rtt_p95_us, start_us, client, server, test FROM results WHERE rtt_p95_us IS NOT NULL;

@@ -13,7 +13,8 @@ CREATE TABLE result_metrics (
     test TEXT NOT NULL,
     PRIMARY KEY (run_id, name)
 );
-CREATE INDEX result_metrics_series ON result_metrics (name, client, server, test, start_us);
+-- The value is the last key column, so a series is answered from the index alone.
+CREATE INDEX result_metrics_series ON result_metrics (name, client, server, test, start_us, value);
 INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) SELECT run_id, 'rtt_min_us', rtt_min_us, start_us, client, server, test FROM results WHERE rtt_min_us IS NOT NULL;
 INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) SELECT run_id, 'rtt_median_us', rtt_median_us, start_us, client, server, test FROM results WHERE rtt_median_us IS NOT NULL;
 INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) SELECT run_id, 'rtt_p95_us', rtt_p95_us, start_us, client, server, test FROM results WHERE rtt_p95_us IS NOT NULL;
