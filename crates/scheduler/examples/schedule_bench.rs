@@ -114,6 +114,7 @@ fn main() -> ExitCode {
             },
             accepts_inbound: true,
             capabilities: None,
+            iperf3_listener: true,
         })
         .collect();
 

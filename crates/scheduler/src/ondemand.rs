@@ -89,7 +89,7 @@ pub fn place_request(
             );
             return Err(Box::new(planner.non_starts.remove(0)));
         }
-        let orientation = match planner.orient(from, to, request.test.kind) {
+        let orientation = match planner.orient(from, to, &request.test) {
             Ok(orientation) => orientation,
             Err(reason) => {
                 planner.non_start(identity, reason);

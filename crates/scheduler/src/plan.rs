@@ -8,7 +8,7 @@ use vantage_model::config::{
     Directions, GroupMembers, SchedulingClass, Segment, Selector, Task, TestDef, ValidatedConfig,
 };
 
-use vantage_model::kinds::KindRef;
+use vantage_model::kinds::{KindRef, Service};
 
 use crate::claims::{agent_resource, segment_resource, target_resource, Claim, ClaimMode};
 use crate::rounds;
@@ -30,6 +30,7 @@ pub(crate) struct AgentSlot {
     pub tags: BTreeMap<String, String>,
     pub accepts_inbound: bool,
     pub capabilities: Option<BTreeSet<String>>,
+    pub iperf3_listener: bool,
     pub registered: bool,
     /// An external host (a group's `targets`), not an agent: only ever a server.
     pub external: bool,
@@ -125,6 +126,7 @@ impl<'a> Planner<'a> {
             tags: agent.tags.clone(),
             accepts_inbound: agent.accepts_inbound,
             capabilities: agent.capabilities.clone(),
+            iperf3_listener: agent.iperf3_listener,
             registered,
             external: false,
             in_segment,
@@ -144,6 +146,7 @@ impl<'a> Planner<'a> {
                     tags: BTreeMap::new(),
                     accepts_inbound: false,
                     capabilities: None,
+                    iperf3_listener: false,
                 };
                 self.add_slot(&unregistered, false)
             }
@@ -164,6 +167,7 @@ impl<'a> Planner<'a> {
             tags: BTreeMap::new(),
             accepts_inbound: true,
             capabilities: None,
+            iperf3_listener: false,
             registered: true,
             external: true,
             in_segment: vec![false; self.segments.len()],
@@ -287,8 +291,24 @@ impl<'a> Planner<'a> {
 
     /// An external target is always the server. Otherwise:
     /// client = the agent that cannot accept inbound connections; the test
-    /// direction is kept with reverse mode where the test has one.
-    pub fn orient(&self, from: usize, to: usize, kind: KindRef) -> Result<Orientation, String> {
+    /// direction is kept with reverse mode where the test has one; and the server
+    /// must run the service the test talks to.
+    pub fn orient(&self, from: usize, to: usize, test: &TestDef) -> Result<Orientation, String> {
+        let orientation = self.orient_kind(from, to, test.kind)?;
+        let server = &self.agents[orientation.server];
+        if !server.external
+            && !server.iperf3_listener
+            && test.kind.0.service_for(&test.spec) == Service::Iperf3
+        {
+            return Err(format!(
+                "agent '{}' runs no iperf3-compatible listener (started with --no-iperf3), so it cannot be the server of a run with tool = \"iperf3\"",
+                server.name
+            ));
+        }
+        Ok(orientation)
+    }
+
+    fn orient_kind(&self, from: usize, to: usize, kind: KindRef) -> Result<Orientation, String> {
         if self.agents[to].external {
             let client = &self.agents[from];
             Self::check_agent(client, kind)?;
@@ -637,7 +657,7 @@ fn place_single(
         to,
         nominal_ms,
     };
-    let orientation = match planner.orient(from, to, test.kind) {
+    let orientation = match planner.orient(from, to, test) {
         Ok(orientation) => orientation,
         Err(reason) => return planner.non_start(identity, reason),
     };
@@ -749,7 +769,7 @@ fn place_campaign(
             to,
             nominal_ms,
         };
-        let orientation = match planner.orient(from, to, test.kind) {
+        let orientation = match planner.orient(from, to, test) {
             Ok(orientation) => orientation,
             Err(reason) => {
                 planner.non_start(identity, reason);

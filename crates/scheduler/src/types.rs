@@ -21,6 +21,14 @@ pub struct AgentInfo {
     /// `None` when it did not say, which places no restriction.
     #[serde(default)]
     pub capabilities: Option<BTreeSet<String>>,
+    /// Whether the agent runs an iperf3-compatible listener: runs with
+    /// `tool = "iperf3"` need one on their server. Assumed when not said.
+    #[serde(default = "listener_assumed")]
+    pub iperf3_listener: bool,
+}
+
+fn listener_assumed() -> bool {
+    true
 }
 
 impl From<&vantage_model::control::AgentRegistration> for AgentInfo {
@@ -32,6 +40,7 @@ impl From<&vantage_model::control::AgentRegistration> for AgentInfo {
             // An empty list is what agents that predate capabilities send.
             capabilities: (!registration.capabilities.is_empty())
                 .then(|| registration.capabilities.iter().cloned().collect()),
+            iperf3_listener: registration.iperf3_port.is_some(),
         }
     }
 }

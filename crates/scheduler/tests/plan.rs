@@ -25,6 +25,7 @@ fn agent(name: &str, accepts_inbound: bool, tags: &[(&str, &str)]) -> AgentInfo 
             .collect(),
         accepts_inbound,
         capabilities: None,
+        iperf3_listener: true,
     }
 }
 
@@ -555,6 +556,31 @@ fn agents_only_get_tests_they_offer() {
     }
     let latency = plan_latency_mesh(&fleet);
     assert!(latency.non_starts.is_empty());
+}
+
+#[test]
+fn iperf3_runs_need_a_listener_on_their_server() {
+    let mut fleet = agents(&["a", "b", "c"]);
+    fleet[2].iperf3_listener = false;
+    let iperf3 = MESH_THROUGHPUT.replace(
+        "spec = { duration = \"10s\" }",
+        "spec = { duration = \"10s\", tool = \"iperf3\" }",
+    );
+    let planned = plan(&config(&iperf3), &fleet, window(0, 3600), &[], 0);
+    // Both directions of each pair: c can be a client, never the server.
+    let servers: Vec<&str> = planned.runs.iter().map(|run| run.server.as_str()).collect();
+    assert_eq!(planned.runs.len(), 4, "{servers:?}");
+    assert!(!servers.contains(&"c"), "{servers:?}");
+    assert_eq!(planned.non_starts.len(), 2);
+    for non_start in &planned.non_starts {
+        assert_eq!(
+            non_start.reason,
+            "agent 'c' runs no iperf3-compatible listener (started with --no-iperf3), so it cannot be the server of a run with tool = \"iperf3\""
+        );
+    }
+    // Native throughput needs only the endpoint, which every agent runs.
+    let native = plan(&config(MESH_THROUGHPUT), &fleet, window(0, 3600), &[], 0);
+    assert!(native.non_starts.is_empty(), "{:?}", native.non_starts);
 }
 
 fn plan_latency_mesh(fleet: &[AgentInfo]) -> vantage_scheduler::Plan {

@@ -95,6 +95,7 @@ impl Scenario {
                     .collect(),
                 accepts_inbound,
                 capabilities: None,
+                iperf3_listener: true,
             })
             .collect()
     }

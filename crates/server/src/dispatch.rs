@@ -2,20 +2,17 @@
 //! service the run's test kind talks to.
 
 use vantage_model::control::AssignedRun;
-use vantage_model::kinds::{self, Service, Spec, Target};
+use vantage_model::kinds::{self, Service, Target};
 
 use crate::archive::{from_us, AgentRecord, RunRecord};
 
 /// Resolves a stored run into what the client agent needs: the target's address and
 /// the port of the service its test kind talks to (an agent's endpoint or iperf3
 /// listener, or an external host's port). A run whose server agent is unknown, or
-/// does not serve that service, cannot be executed and is left for the missed-run
-/// sweep to record.
+/// does not serve that service (the planner plans no such run), cannot be executed
+/// and is left for the missed-run sweep to record.
 pub fn assign(run: RunRecord, agents: &[AgentRecord]) -> Option<AssignedRun> {
-    let kind = kinds::find(&run.test)?;
-    let empty = serde_json::Map::new();
-    let values = run.spec.as_object().unwrap_or(&empty);
-    let service = (kind.service)(&Spec::new(kind, values));
+    let service = kinds::find(&run.test)?.service_for(&run.spec);
     let (server_address, server_port) = match &run.target {
         Some(target) => {
             let target = Target::parse(target, service.default_port()).ok()?;

@@ -21,6 +21,7 @@ fn the_example_plans_every_kind_without_unsupported_tests() {
         tags: BTreeMap::from([("site".to_string(), site.to_string())]),
         accepts_inbound: inbound,
         capabilities: Clone::clone(&capabilities),
+        iperf3_listener: true,
     };
     let fleet = vec![
         agent("campus-1", "campus", true),

@@ -237,6 +237,13 @@ pub struct TestKind {
 }
 
 impl TestKind {
+    /// The service a run of this kind with `spec` (a stored or configured spec object;
+    /// anything else counts as empty) talks to on its server.
+    pub fn service_for(&'static self, spec: &Value) -> Service {
+        let empty = Map::new();
+        (self.service)(&Spec::new(self, spec.as_object().unwrap_or(&empty)))
+    }
+
     /// The summary metrics present in one of this kind's result documents.
     pub fn summary(&self, result: &Value) -> Vec<(&'static str, f64)> {
         self.metrics
