@@ -7,11 +7,13 @@
 //! Timing: a frame's arrival is the kernel's receive timestamp (`SO_TIMESTAMPNS`), so a thread
 //! woken late still holds the frame for its configured delay from when it reached the link, not
 //! from when the thread got to it. The thread sleeps in `ppoll` (nanosecond timeout, timer slack
-//! 1 ns) until a margin before the next release, then spins. The margin is [`SPIN_NS`] plus how
-//! late the thread's recent timed waits have ended (up to [`MAX_SPIN_NS`]): a virtual CPU woken
-//! from idle can take a millisecond, and a release must not inherit that. Frames written more
-//! than [`LATE_RELEASE_NS`] after their release time are counted, so `lab status` says when the
-//! machine could not keep the emulated delays.
+//! 1 ns) until a margin before the next release, then spins, yielding to the lab's other
+//! forwarding threads. The margin is [`SPIN_NS`] plus how late the thread's recent timed waits
+//! have ended (up to [`MAX_SPIN_NS`]): a virtual CPU woken from idle can take a millisecond, and
+//! a release must not inherit that. Frames written more than [`LATE_RELEASE_NS`] after their
+//! release time are counted, so `lab status` says when the machine could not keep the emulated
+//! delays.
+//!
 //! A Unix control socket (`/run/vantage-lab/<lab>/control.sock`) takes new impairments
 //! (`lab set`) and reports counters (`lab status`).
 
@@ -409,7 +411,12 @@ fn run_direction(rx: OwnedFd, tx: OwnedFd, shared: Arc<DirectionShared>, seed: u
         }
         let spin_ns = wake_lateness.spin_ns();
         match held.peek() {
-            Some(Reverse(next)) if next.release_ns - now <= spin_ns => {}
+            // Spinning yields, so the lab's other forwarding threads (same real-time
+            // priority) that share this CPU still run on time.
+            Some(Reverse(next)) if next.release_ns - now <= spin_ns => {
+                // SAFETY: no arguments; only reorders this thread in its run queue.
+                unsafe { libc::sched_yield() };
+            }
             Some(Reverse(next)) => {
                 let wake_ns = next.release_ns - spin_ns;
                 wait_readable(rx.as_raw_fd(), wake_ns - now);
