@@ -147,7 +147,7 @@ pub struct RunRecord {
 
 /// The summary metrics of a result document, by its test kind's declaration
 /// (`vantage_model::kinds`); stored one row per run and name, queried by name.
-pub fn summary_metrics(test: &str, result: &serde_json::Value) -> BTreeMap<String, f64> {
+fn summary_metrics(test: &str, result: &serde_json::Value) -> BTreeMap<String, f64> {
     vantage_model::kinds::find(test)
         .map(|kind| kind.summary(result))
         .unwrap_or_default()
@@ -195,9 +195,10 @@ pub struct SeriesBucket {
 }
 
 /// Outcome of ingesting one upload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Ingest {
-    Stored,
+    /// Stored, with the summary metrics stored for it.
+    Stored(BTreeMap<String, f64>),
     Duplicate,
 }
 
@@ -799,7 +800,7 @@ impl Archive {
             run.actual_start_us = Some(start_us);
             run.actual_end_us = Some(end_us);
             run.reason = upload.error.clone();
-            outcomes.push(Ok((Ingest::Stored, run)));
+            outcomes.push(Ok((Ingest::Stored(metrics), run)));
         }
         tx.commit().await.map_err(sql("ingesting results"))?;
         Ok(outcomes)

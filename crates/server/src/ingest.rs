@@ -6,9 +6,9 @@
 use futures_util::future::BoxFuture;
 use vantage_model::control::ResultUpload;
 
-use crate::archive::{
-    summary_metrics, Archive, ArchiveError, Ingest, IngestRefusal, RunRecord, StoredResult,
-};
+use std::collections::BTreeMap;
+
+use crate::archive::{Archive, ArchiveError, Ingest, IngestRefusal, RunRecord, StoredResult};
 
 /// A result that was just stored, as consumers see it.
 pub struct NewResult<'a> {
@@ -52,11 +52,11 @@ impl IngestPipeline {
     ) -> Result<Vec<Result<(Ingest, RunRecord), IngestRefusal>>, ArchiveError> {
         let outcomes = self.archive.ingest_batch(uploads).await?;
         for (upload, outcome) in uploads.iter().zip(&outcomes) {
-            if let Ok((Ingest::Stored, run)) = outcome {
+            if let Ok((Ingest::Stored(metrics), run)) = outcome {
                 let new = NewResult {
                     run,
                     upload,
-                    summary: summary(run, upload),
+                    summary: summary(run, upload, metrics),
                 };
                 for consumer in &self.consumers {
                     consumer.consume(&new).await;
@@ -67,7 +67,11 @@ impl IngestPipeline {
     }
 }
 
-fn summary(run: &RunRecord, upload: &ResultUpload) -> StoredResult {
+fn summary(
+    run: &RunRecord,
+    upload: &ResultUpload,
+    metrics: &BTreeMap<String, f64>,
+) -> StoredResult {
     StoredResult {
         run_id: run.id.clone(),
         test: run.test.clone(),
@@ -77,11 +81,7 @@ fn summary(run: &RunRecord, upload: &ResultUpload) -> StoredResult {
         end_time: upload.actual_end,
         outcome: run.state.as_str().to_string(),
         error: upload.error.clone(),
-        metrics: upload
-            .result
-            .as_ref()
-            .map(|result| summary_metrics(&run.test, result))
-            .unwrap_or_default(),
+        metrics: metrics.clone(),
         result: None,
     }
 }
