@@ -296,7 +296,10 @@ async fn plan_window(
     if start_us >= end_us {
         return Ok(0);
     }
-    let existing = existing_runs(state, start_us, end_us).await?;
+    // Runs of this window may be placed well after its end (pushed along their slip, or a
+    // campaign spread over its period), where earlier passes have placed runs too: every
+    // stored run from the window's start on is in the way, not only those starting in it.
+    let existing = existing_runs(state, start_us, i64::MAX).await?;
     let window = PlanWindow {
         start: from_us(start_us),
         end: from_us(end_us),

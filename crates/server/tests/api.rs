@@ -969,3 +969,94 @@ async fn runs_fetched_during_a_replan_are_kept_on_sqlite() {
 async fn runs_fetched_during_a_replan_are_kept_on_postgres() {
     fetch_during_replan_scenario(Kind::Postgres).await;
 }
+
+/// A pass places runs beyond its window's end (here the last occurrences, whose
+/// reservation outlasts the window); a run an agent already holds there must be in its way
+/// even though it starts after the window.
+async fn runs_after_the_window_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "beyond").await;
+    let archive = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    let (state, _deliveries) = vantage_server::state::ServerState::new(archive.clone())
+        .await
+        .unwrap();
+    for name in ["m1", "m2"] {
+        archive
+            .register_agent(&vantage_model::control::AgentRegistration {
+                name: name.into(),
+                addresses: vec!["127.0.0.1".into()],
+                endpoint_port: 9,
+                iperf3_port: None,
+                tags: Default::default(),
+                capabilities: Vec::new(),
+                accepts_inbound: true,
+            })
+            .await
+            .unwrap();
+    }
+    // The window about to be planned is [now + 2 s, now + 20 s). One occurrence falls
+    // 0.5 s before its end and reserves 4 s (1 s probe, 2 s timeout, 1 s setup guard),
+    // without slip; a run the agents already hold starts 0.5 s after the window's end.
+    let now = now_us();
+    let every_ms = 4_000;
+    let offset_ms = (now / 1_000 + 19_500).rem_euclid(every_ms);
+    vantage_server::config_store::apply(
+        &archive,
+        &json!({
+            "groups": [{"name": "all", "kind": "mesh", "members": ["*"]}],
+            "tests": [{"name": "rtt", "type": "latency", "spec": {"count": 1, "timeout": "2s"}}],
+            "tasks": [{"name": "lat", "test": "rtt", "group": "all", "every": "4s",
+                       "offset": format!("{offset_ms}ms"), "slip": "0s", "directions": "one"}]
+        }),
+    )
+    .await
+    .unwrap();
+    let options = PlannerOptions {
+        horizon: Duration::from_secs(20),
+        ..PlannerOptions::default()
+    };
+    let mut held = run_record("held", "m1", "m2", now + 20_500_000);
+    held.planned_end_us = held.planned_start_us + 60_000_000;
+    held.state = RunState::Dispatched;
+    held.exclusive = true;
+    for claim in &mut held.claims {
+        claim.mode = ClaimMode::Exclusive;
+    }
+    archive.insert_runs(&[held]).await.unwrap();
+    assert!(vantage_server::planner::tick(&state, &options)
+        .await
+        .unwrap());
+
+    let runs = archive.runs_between(0, i64::MAX).await.unwrap();
+    let occupancy: Vec<vantage_scheduler::Occupancy> = runs
+        .iter()
+        .filter(|run| run.state != RunState::NonStart)
+        .map(|run| vantage_scheduler::Occupancy {
+            run_id: run.id.clone(),
+            start: vantage_server::archive::from_us(run.planned_start_us),
+            end: vantage_server::archive::from_us(run.planned_end_us),
+            claims: run.claims.clone(),
+        })
+        .collect();
+    let overlaps = vantage_scheduler::find_overlaps(&occupancy);
+    assert!(
+        overlaps.is_empty(),
+        "planned on top of a held run: {overlaps:#?}"
+    );
+    assert!(
+        runs.iter().any(|run| run.state == RunState::NonStart
+            && run.reason.as_deref().unwrap_or_default().contains("held")),
+        "the runs reaching into the held run are non-starts naming it: {runs:#?}"
+    );
+}
+
+#[tokio::test]
+async fn runs_placed_after_the_window_are_respected_on_sqlite() {
+    runs_after_the_window_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn runs_placed_after_the_window_are_respected_on_postgres() {
+    runs_after_the_window_scenario(Kind::Postgres).await;
+}
