@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tokio::sync::{watch, Notify};
-use vantage_model::control::{AgentRegistration, AssignedRun};
+use vantage_model::control::{AgentRegistration, AssignedRun, ResultUpload};
 use vantage_probe::endpoint::{Endpoint, EndpointConfig};
 
 use crate::client::{CallError, ServerClient};
-use crate::spool::Spool;
+use crate::spool::{Spool, SpoolQuota};
 
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
@@ -43,6 +43,8 @@ pub struct AgentOptions {
     /// Addresses to advertise; empty: the local address that routes to the server.
     pub advertise: Vec<String>,
     pub spool_dir: PathBuf,
+    /// Most the spool may hold; a result beyond it is uploaded without spooling.
+    pub spool_quota: SpoolQuota,
     pub heartbeat_interval: Duration,
     /// Runs are fetched this far ahead of their start.
     pub horizon: Duration,
@@ -66,6 +68,7 @@ impl AgentOptions {
             iperf3_port: Some(0),
             advertise: Vec::new(),
             spool_dir,
+            spool_quota: SpoolQuota::default(),
             heartbeat_interval: Duration::from_secs(5),
             horizon: Duration::from_secs(30),
             start_tolerance: Duration::from_millis(500),
@@ -116,10 +119,17 @@ impl Backoff {
     }
 }
 
+/// Whether an upload refused with `status` stays spooled (retried) rather than parked:
+/// a bad or revoked token (401), a token of another agent (403) and a body over the
+/// server's limit (413) are the operator's to fix, not the result's fault.
+fn refusal_is_retried(status: u16) -> bool {
+    matches!(status, 401 | 403 | 413)
+}
+
 /// Runs the agent until `shutdown` completes. Fails only on unrecoverable problems
 /// (bad token, unusable spool, endpoint port taken); a server outage is waited out.
 pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let spool = Spool::open(&options.spool_dir)?;
+    let spool = Spool::open_with_quota(&options.spool_dir, options.spool_quota)?;
     let client = ServerClient::new(&options.server_url, &options.token)?;
     let endpoint = Endpoint::bind(EndpointConfig {
         listen: options.endpoint_listen,
@@ -257,12 +267,34 @@ impl AgentTasks {
         }
     }
 
+    /// Uploads the spool, one file at a time. A refusal that only the operator can
+    /// fix (401 bad token, 403 wrong agent, 413 too large for the server's limit) keeps
+    /// the result spooled and pauses uploads with backoff, logging the error each time;
+    /// a refusal of the result itself (any other 4xx) parks it under `rejected/`.
     async fn upload_pending(&self) -> anyhow::Result<()> {
-        for upload in self.spool.pending()? {
+        for path in self.spool.pending_files()? {
+            let upload = match self.spool.read(&path) {
+                Ok(upload) => upload,
+                Err(error @ spool::SpoolError::Corrupt { .. }) => {
+                    tracing::error!("{error}");
+                    continue;
+                }
+                // Gone meanwhile (uploaded by a direct upload, say).
+                Err(spool::SpoolError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue
+                }
+                Err(error) => return Err(error.into()),
+            };
             match self.client.upload(&upload).await {
                 Ok(ack) => {
                     tracing::debug!(run = %ack.run_id, duplicate = ack.duplicate, "result acknowledged");
                     self.spool.remove(&upload.run_id)?
+                }
+                Err(CallError::Refused { status, message }) if refusal_is_retried(status) => {
+                    tracing::error!(run = %upload.run_id, status, %message, "server refused a result for a reason the operator must fix; it stays spooled and is retried");
+                    anyhow::bail!("server refused a result ({status}): {message}");
                 }
                 Err(CallError::Refused { status, message }) => {
                     tracing::error!(run = %upload.run_id, status, %message, "server refused a result; kept under rejected/");
@@ -273,6 +305,26 @@ impl AgentTasks {
             }
         }
         Ok(())
+    }
+
+    /// Spools a finished run's result; when the spool is full or failing, uploads it
+    /// directly instead (and says loudly what happened if that fails too).
+    async fn keep_result(&self, upload: ResultUpload) {
+        let error = match self.spool.store(&upload) {
+            Ok(()) => {
+                self.spooled.notify_one();
+                return;
+            }
+            Err(error) => error,
+        };
+        tracing::error!(run = %upload.run_id, "cannot spool result, uploading it directly: {error}");
+        match self.client.upload(&upload).await {
+            Ok(_) => tracing::warn!(run = %upload.run_id, "result uploaded without spooling"),
+            Err(upload_error) => tracing::error!(
+                run = %upload.run_id,
+                "RESULT LOST: not spooled ({error}) and not uploaded ({upload_error})"
+            ),
+        }
     }
 
     async fn fetch_loop(self: Arc<Self>, stopped: watch::Receiver<bool>) -> anyhow::Result<()> {
@@ -358,10 +410,7 @@ impl AgentTasks {
                 tracing::warn!(run = %run.run_id, overrun_s = overrun.as_secs_f64(), "run ended after its reservation");
             }
             tracing::debug!(run = %run.run_id, outcome = ?upload.outcome, "run finished");
-            match agent.spool.store(&upload) {
-                Ok(()) => agent.spooled.notify_one(),
-                Err(error) => tracing::error!(run = %upload.run_id, "cannot spool result: {error}"),
-            }
+            agent.keep_result(upload).await;
         });
     }
 }

@@ -49,6 +49,17 @@ pub struct AgentArgs {
     /// Durable result spool directory.
     #[arg(long, default_value = "vantage-spool")]
     pub spool: PathBuf,
+    /// Most bytes the spool holds (e.g. 256MiB); a result beyond it is uploaded directly
+    /// or, with the server unreachable, lost with an error in the log.
+    #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = bytes_arg)]
+    pub spool_max_bytes: u64,
+    /// Most result files the spool holds.
+    #[arg(long, value_name = "N", default_value_t = vantage_agent::spool::SpoolQuota::default().max_files)]
+    pub spool_max_files: u64,
+}
+
+fn bytes_arg(input: &str) -> Result<u64, String> {
+    vantage_model::units::parse_bytes(input).map_err(|error| error.to_string())
 }
 
 fn parse_tag(text: &str) -> Result<(String, String), String> {
@@ -69,6 +80,10 @@ pub fn run(args: AgentArgs) -> ExitCode {
     options.iperf3_port = (!args.no_iperf3).then_some(args.iperf3_port);
     options.endpoint_listen = args.listen;
     options.advertise = args.advertise;
+    options.spool_quota = vantage_agent::spool::SpoolQuota {
+        max_bytes: args.spool_max_bytes,
+        max_files: args.spool_max_files,
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {

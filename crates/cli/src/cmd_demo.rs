@@ -85,15 +85,10 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
             miss_grace: Duration::from_secs(15),
             ..PlannerOptions::default()
         },
+        http: vantage_server::http::HttpLimits::default(),
     })
     .await?;
-    let agent_token = vantage_server::new_token();
     let reader_token = vantage_server::new_token();
-    server
-        .state
-        .archive
-        .add_token(&agent_token, "demo-agents", Role::Agent)
-        .await?;
     server
         .state
         .archive
@@ -103,10 +98,18 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let (stop_agents, agents_stopped) = tokio::sync::watch::channel(false);
     let mut agent_tasks = Vec::new();
     for index in 1..=args.agents {
+        // One token per agent: a token acts only as the agent it is named for.
+        let name = format!("agent-{index}");
+        let agent_token = vantage_server::new_token();
+        server
+            .state
+            .archive
+            .add_token(&agent_token, &name, Role::Agent)
+            .await?;
         let mut options = AgentOptions::new(
             &server.url(),
             &agent_token,
-            &format!("agent-{index}"),
+            &name,
             workdir.path().join(format!("spool-{index}")),
         );
         options.endpoint_listen = Some("127.0.0.1".parse()?);

@@ -17,6 +17,9 @@ pub struct EndpointArgs {
     /// Most distinct UDP senders whose sequence counters are kept at once.
     #[arg(long, value_name = "N", default_value_t = EndpointConfig::default().max_udp_senders)]
     max_udp_senders: usize,
+    /// UDP requests per second answered from one source address (0 = unlimited).
+    #[arg(long, value_name = "PPS", default_value_t = EndpointConfig::default().udp_rate_limit_pps)]
+    udp_rate_limit: u32,
     /// Most TCP connections served at once.
     #[arg(long, value_name = "N", default_value_t = EndpointConfig::default().max_tcp_connections)]
     max_tcp_connections: usize,
@@ -59,6 +62,7 @@ fn serve(args: EndpointArgs) -> Result<(), String> {
             listen: args.listen,
             port: args.port,
             max_udp_senders: args.max_udp_senders,
+            udp_rate_limit_pps: args.udp_rate_limit,
             max_tcp_connections: args.max_tcp_connections,
             iperf3_port: (!args.no_iperf3).then_some(
                 args.iperf3_port

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use vantage_model::units::parse_duration;
+use vantage_server::http::HttpLimits;
 use vantage_server::planner::PlannerOptions;
 use vantage_server::service::{self, ServerOptions};
 
@@ -28,6 +29,22 @@ pub struct ServerArgs {
     /// Delete results and app metrics older than this (DUR, e.g. 720h); keep everything when absent.
     #[arg(long, value_parser = parse_duration)]
     pub retention: Option<std::time::Duration>,
+    /// HTTP connections served at once; more wait in the kernel's backlog.
+    #[arg(long, value_name = "N", default_value_t = HttpLimits::default().max_connections)]
+    pub max_connections: usize,
+    /// A request's headers must arrive within this (DUR); cuts off slow-header clients.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub header_timeout: std::time::Duration,
+    /// A request must be answered within this (DUR); long polls and subscriptions excepted.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    pub request_timeout: std::time::Duration,
+    /// Largest request body (BYTES); larger ones are refused with 413.
+    #[arg(long, value_name = "BYTES", default_value = "32MiB", value_parser = parse_bytes)]
+    pub max_body: u64,
+}
+
+fn parse_bytes(input: &str) -> Result<u64, String> {
+    vantage_model::units::parse_bytes(input).map_err(|error| error.to_string())
 }
 
 pub fn run(args: ServerArgs) -> ExitCode {
@@ -60,6 +77,12 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
             retention: args.retention,
             ..PlannerOptions::default()
         },
+        http: HttpLimits {
+            max_connections: args.max_connections,
+            header_timeout: args.header_timeout,
+            request_timeout: args.request_timeout,
+            max_body_bytes: usize::try_from(args.max_body).unwrap_or(usize::MAX),
+        },
     })
     .await?;
     eprintln!(
@@ -68,7 +91,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         args.database
     );
     if generated {
-        eprintln!("vantage server: admin token {}", server.admin_token);
+        eprintln!(
+            "vantage server: admin token {} (replaces the one generated at the previous start)",
+            server.admin_token
+        );
     }
     crate::daemon::wait_for_stop_signal().await;
     eprintln!("vantage server: stopping");

@@ -154,21 +154,26 @@ async fn faults_scenario(kind: Kind) {
 
     let mut server = start_server(&db, &listen, dir.path(), 0);
     wait_until_up(&http, &url).await;
-    let token: serde_json::Value = http
-        .post(format!("{url}/api/v1/tokens"))
-        .bearer_auth(ADMIN)
-        .json(&json!({"name": "fleet", "role": "agent"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let agent_token = token["token"].as_str().unwrap().to_string();
     let names = ["f1", "f2", "f3"];
+    // One token per agent, named like it.
+    let mut tokens = Vec::new();
+    for name in names {
+        let token: serde_json::Value = http
+            .post(format!("{url}/api/v1/tokens"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"name": name, "role": "agent"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        tokens.push(token["token"].as_str().unwrap().to_string());
+    }
     let mut agents: Vec<Proc> = names
         .iter()
-        .map(|name| start_agent(&url, &agent_token, name, dir.path(), 0))
+        .zip(&tokens)
+        .map(|(name, token)| start_agent(&url, token, name, dir.path(), 0))
         .collect();
 
     let config_path = dir.path().join("mesh.json");
@@ -212,7 +217,7 @@ async fn faults_scenario(kind: Kind) {
     // SIGKILL an agent (its 0.5 s latency runs make "mid-run" likely) and restart it.
     agents[0].kill_hard();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    agents[0] = start_agent(&url, &agent_token, names[0], dir.path(), 1);
+    agents[0] = start_agent(&url, &tokens[0], names[0], dir.path(), 1);
     tokio::time::sleep(Duration::from_secs(3)).await;
     // Stop the server for a while; agents keep measuring prefetched runs and spool.
     server.stop();

@@ -207,6 +207,9 @@ pub struct Received {
     /// Local address the packet was sent to (with [`enable_packet_info`]); IPv4
     /// packets on a dual-stack socket report it IPv4-mapped.
     pub local: Option<IpAddr>,
+    /// The packet's destination address (with [`enable_packet_info`]): differs from
+    /// `local` when it was sent to a broadcast or multicast address.
+    pub destination: Option<IpAddr>,
 }
 
 /// 8-byte aligned room for the control messages we ask for (stamps, TTL, errors).
@@ -242,6 +245,7 @@ pub fn recv_with_meta(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Resu
         kernel_rx_ns: None,
         ttl: None,
         local: None,
+        destination: None,
     };
     if msg.msg_namelen > 0 {
         // SAFETY: the kernel filled `peer` with `msg_namelen` valid bytes.
@@ -252,7 +256,13 @@ pub fn recv_with_meta(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Resu
         match cmsg {
             ControlMessage::Stamp(ns) => received.kernel_rx_ns = Some(ns),
             ControlMessage::Ttl(ttl) => received.ttl = Some(ttl),
-            ControlMessage::Local(local) => received.local = Some(local),
+            ControlMessage::Local {
+                reply_from,
+                destination,
+            } => {
+                received.local = Some(reply_from);
+                received.destination = Some(destination);
+            }
             ControlMessage::TxStampId(_)
             | ControlMessage::IcmpError { .. }
             | ControlMessage::Other => {}
@@ -284,7 +294,7 @@ pub fn drain_tx_stamps(fd: RawFd) -> Vec<TxStamp> {
                     ControlMessage::Stamp(ns) => stamp = Some(ns),
                     ControlMessage::TxStampId(send_index) => id = Some(send_index),
                     ControlMessage::Ttl(_)
-                    | ControlMessage::Local(_)
+                    | ControlMessage::Local { .. }
                     | ControlMessage::IcmpError { .. }
                     | ControlMessage::Other => {}
                 }
@@ -340,7 +350,12 @@ pub(crate) enum ControlMessage {
     Stamp(i64),
     Ttl(u8),
     /// Destination address of a received packet (`IP_PKTINFO` / `IPV6_PKTINFO`).
-    Local(IpAddr),
+    /// `IP_PKTINFO` / `IPV6_PKTINFO`: the local address a reply should come from, and
+    /// the packet's destination address (a broadcast or multicast one, say).
+    Local {
+        reply_from: IpAddr,
+        destination: IpAddr,
+    },
     /// `sock_extended_err` of a timestamp: its `OPT_ID` counter.
     TxStampId(u32),
     /// `sock_extended_err` of an ICMP error (`IP_RECVERR`): type, code and the sender
@@ -415,15 +430,25 @@ pub(crate) fn control_messages(msg: &libc::msghdr) -> Vec<ControlMessage> {
                     if payload_len >= size_of::<libc::in_pktinfo>() =>
                 {
                     let info = std::ptr::read_unaligned(data as *const libc::in_pktinfo);
-                    // spec_dst: the local address a reply should come from.
-                    let octets = info.ipi_spec_dst.s_addr.to_ne_bytes();
-                    ControlMessage::Local(IpAddr::V4(Ipv4Addr::from(octets)))
+                    // spec_dst: the local address a reply should come from;
+                    // addr: the destination in the IP header.
+                    let v4 = |address: libc::in_addr| {
+                        IpAddr::V4(Ipv4Addr::from(address.s_addr.to_ne_bytes()))
+                    };
+                    ControlMessage::Local {
+                        reply_from: v4(info.ipi_spec_dst),
+                        destination: v4(info.ipi_addr),
+                    }
                 }
                 (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO)
                     if payload_len >= size_of::<libc::in6_pktinfo>() =>
                 {
                     let info = std::ptr::read_unaligned(data as *const libc::in6_pktinfo);
-                    ControlMessage::Local(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)))
+                    let address = IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr));
+                    ControlMessage::Local {
+                        reply_from: address,
+                        destination: address,
+                    }
                 }
                 (libc::IPPROTO_IP, libc::IP_RECVERR) | (libc::IPPROTO_IPV6, libc::IPV6_RECVERR)
                     if payload_len >= size_of::<libc::sock_extended_err>() =>

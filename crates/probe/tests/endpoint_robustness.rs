@@ -34,9 +34,16 @@ fn wait_for(counters: &EndpointCounters, what: &str, done: impl Fn(&EndpointCoun
 
 /// Datagrams the reflector has dealt with, answered or not.
 fn handled(counters: &EndpointCounters) -> u64 {
-    counters.udp_truncated.load(Ordering::Relaxed)
-        + counters.udp_reflected.load(Ordering::Relaxed)
-        + counters.udp_oversized.load(Ordering::Relaxed)
+    [
+        &counters.udp_truncated,
+        &counters.udp_reflected,
+        &counters.udp_oversized,
+        &counters.udp_refused_short,
+        &counters.udp_refused_reflected,
+    ]
+    .iter()
+    .map(|counter| counter.load(Ordering::Relaxed))
+    .sum()
 }
 
 fn assert_still_answers(endpoint: &TestEndpoint, ip: &str) {
@@ -48,11 +55,12 @@ fn assert_still_answers(endpoint: &TestEndpoint, ip: &str) {
 
 #[test]
 fn random_datagrams_are_counted_and_reflector_keeps_answering() {
-    let endpoint = TestEndpoint::start(None, |_| {});
+    // Unlimited rate: this test is about content, not volume.
+    let endpoint = TestEndpoint::start(None, |c| c.udp_rate_limit_pps = 0);
     let socket = UdpSocket::bind("[::1]:0").unwrap();
     socket.connect(endpoint.at("::1")).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
-    let (mut short, mut valid) = (0u64, 0u64);
+    let (mut short, mut shorter_than_reply, mut valid) = (0u64, 0u64, 0u64);
     // Bounded: 2000 datagrams of 0..200 bytes, random content.
     for _ in 0..2000 {
         let len = rng.gen_range(0..200usize);
@@ -60,28 +68,34 @@ fn random_datagrams_are_counted_and_reflector_keeps_answering() {
         socket.send(&bytes).unwrap();
         if len < SENDER_HEADER_LEN {
             short += 1;
+        } else if len < REFLECTOR_HEADER_LEN {
+            shorter_than_reply += 1;
         } else {
             valid += 1;
         }
         // Every 100 datagrams let the reflector catch up, so its socket buffer never
         // overflows (the kernel would drop the excess before the endpoint sees it).
-        if (short + valid).is_multiple_of(100) {
-            wait_for(&endpoint.counters, "a batch", |c| {
-                handled(c) == short + valid
-            });
+        let sent = short + shorter_than_reply + valid;
+        if sent.is_multiple_of(100) {
+            wait_for(&endpoint.counters, "a batch", |c| handled(c) == sent);
         }
     }
     // Over IPv6 a datagram can exceed the largest TWAMP packet (65507 B).
     socket.send(&vec![0u8; 65_527]).unwrap();
     wait_for(&endpoint.counters, "the flood", |c| {
-        handled(c) > short + valid
+        handled(c) > short + shorter_than_reply + valid
     });
     let stats = endpoint.counters.snapshot();
     assert_eq!(stats.udp_truncated, short);
     assert_eq!(
-        stats.udp_reflected, valid,
-        "any 14+ bytes are a valid unauthenticated request"
+        stats.udp_refused_short, shorter_than_reply,
+        "a request shorter than the 41-byte reply is not answered (no amplification)"
     );
+    assert_eq!(
+        stats.udp_reflected, valid,
+        "any 41+ bytes of random content are a valid unauthenticated request"
+    );
+    assert_eq!(stats.udp_refused_reflected, 0);
     assert_eq!(stats.udp_oversized, 1);
     // Every reply parses as a reflector packet no shorter than its header.
     let mut buf = [0u8; 65_536];
@@ -92,6 +106,7 @@ fn random_datagrams_are_counted_and_reflector_keeps_answering() {
     while let Ok(n) = socket.recv(&mut buf) {
         let reply = twamp::parse_reflector(&buf[..n]).expect("reply parses");
         assert!(reply.len >= REFLECTOR_HEADER_LEN);
+        assert!(n <= 200, "no reply is longer than the longest request");
         replies += 1;
     }
     assert!(replies > 0);

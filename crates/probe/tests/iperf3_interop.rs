@@ -413,3 +413,66 @@ fn a_count_test_still_running_at_the_maximum_duration_is_ended_with_the_reason()
     let (ok, json, text) = iperf3_run(listener.port, &["-n", "1M"]);
     assert!(ok && json["error"].is_null(), "{text}");
 }
+
+fn process_threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// Many silent connections and one that trickles its cookie: threads stay bounded
+/// (no thread per connection beyond the cap), the trickler is cut off by the setup
+/// deadline, and once the silent ones go a stock `iperf3 -c` is served again.
+#[test]
+fn silent_and_trickling_connections_neither_exhaust_nor_stop_the_listener() {
+    use std::io::{Read, Write};
+    let listener = Listener::start(ServiceLimits::default());
+    let before = process_threads();
+    // Bounded: 400 connections, more than the listener's thread cap.
+    let silent: Vec<std::net::TcpStream> = (0..400)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", listener.port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let during = process_threads();
+    // The cap (one test's streams plus slack) and some room for this process's
+    // other threads; a thread per connection would be 400 more.
+    assert!(
+        during <= before + 128 + 32 + 40,
+        "{during} threads with 400 silent connections (was {before})"
+    );
+    drop(silent);
+
+    let mut trickler = std::net::TcpStream::connect(("127.0.0.1", listener.port)).unwrap();
+    // Each read waits a second for the server to close: one byte a second, so a
+    // 37-byte cookie would take 37 s. Bounded at 30 bytes.
+    trickler
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let started = Instant::now();
+    let mut cut_off = None;
+    for _ in 0..30 {
+        let mut buf = [0u8; 8];
+        let closed = trickler.write_all(b"x").is_err()
+            || match trickler.read(&mut buf) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(error) => !matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+            };
+        if closed {
+            cut_off = Some(started.elapsed());
+            break;
+        }
+    }
+    let cut_off = cut_off.expect("the trickling connection was never closed");
+    assert!(
+        cut_off < Duration::from_secs(20),
+        "closed after {cut_off:?}, not by the 10 s setup deadline"
+    );
+
+    let (ok, json, text) = iperf3_client(listener.port, &[]);
+    assert!(
+        ok && json["error"].is_null(),
+        "iperf3 after the flood: {text}"
+    );
+}

@@ -329,6 +329,46 @@ impl Archive {
         Ok(())
     }
 
+    /// Installs `token` as the only token named `name` (earlier tokens of that name are
+    /// deleted in the same transaction): a server restarted without `--admin-token`
+    /// replaces the admin token it generated last time instead of adding another.
+    pub async fn replace_tokens_named(
+        &self,
+        token: &str,
+        name: &str,
+        role: Role,
+    ) -> Result<(), ArchiveError> {
+        let mut transaction = self
+            .write_transaction()
+            .await
+            .map_err(sql("replacing a token"))?;
+        sqlx::query("DELETE FROM tokens WHERE name = $1")
+            .bind(name)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sql("replacing a token"))?;
+        sqlx::query(
+            "INSERT INTO tokens (token_sha256, name, role, created_us) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(token_digest(token))
+        .bind(name)
+        .bind(role.as_str())
+        .bind(now_us())
+        .execute(&mut *transaction)
+        .await
+        .map_err(sql("replacing a token"))?;
+        transaction.commit().await.map_err(sql("replacing a token"))
+    }
+
+    /// How many tokens have `name` (tests and diagnostics).
+    pub async fn count_tokens_named(&self, name: &str) -> Result<i64, ArchiveError> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM tokens WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql("counting tokens"))
+    }
+
     /// The name and role a bearer token grants, if it is known.
     pub async fn token(&self, token: &str) -> Result<Option<(String, Role)>, ArchiveError> {
         let row = sqlx::query("SELECT name, role FROM tokens WHERE token_sha256 = $1")

@@ -133,9 +133,9 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
     Ok(true)
 }
 
-/// Longest reservation looked back over when collecting runs that may still hold
-/// resources at the start of a window.
-const LOOKBACK_US: i64 = 3_600_000_000;
+/// How far back an on-demand request looks for a run it already placed (a retried
+/// request finds its run, even one that has ended).
+const REQUEST_LOOKBACK_US: i64 = 3_600_000_000;
 
 /// Runs are planned at least this far ahead, so agents fetch them before they are due.
 const LEAD_US: i64 = 2_000_000;
@@ -168,7 +168,7 @@ async fn existing_runs(
 ) -> Result<Vec<PlannedRun>, ArchiveError> {
     Ok(state
         .archive
-        .runs_overlapping(window_start_us - LOOKBACK_US, window_end_us)
+        .runs_overlapping(window_start_us, window_end_us)
         .await?
         .into_iter()
         .filter_map(|run| {
@@ -299,7 +299,10 @@ async fn plan_window(
     // Runs of this window may be placed well after its end (pushed along their slip, or a
     // campaign spread over its period), where earlier passes have placed runs too: every
     // stored run from the window's start on is in the way, not only those starting in it.
-    let existing = existing_runs(state, start_us, i64::MAX).await?;
+    // Runs that end before the window cannot be in its way (the scheduler ignores
+    // them), so none are loaded: the cost of a pass does not grow with history. One
+    // millisecond of margin covers the scheduler's rounding to milliseconds.
+    let existing = existing_runs(state, start_us - 1_000, i64::MAX).await?;
     let window = PlanWindow {
         start: from_us(start_us),
         end: from_us(end_us),
@@ -458,8 +461,12 @@ async fn place_requests(
                     not_after,
                     priority: request.priority,
                 };
-                let existing =
-                    existing_runs(state, to_us(not_before), to_us(not_after) + LOOKBACK_US).await?;
+                let existing = existing_runs(
+                    state,
+                    to_us(not_before) - REQUEST_LOOKBACK_US,
+                    to_us(not_after) + REQUEST_LOOKBACK_US,
+                )
+                .await?;
                 match place_request(now, &on_demand, agents, segments, &existing) {
                     RequestOutcome::Placed(placement) => {
                         for displaced in placement.preempted {

@@ -11,8 +11,16 @@ use vantage_model::control::Role;
 use crate::api::router;
 use crate::archive::Archive;
 use crate::archivers;
+use crate::http::{self, HttpLimits};
 use crate::planner::{self, PlannerOptions};
 use crate::state::ServerState;
+
+/// Name of the admin token a server generates when started without one; each start
+/// replaces the previous one, so restarts do not pile up admin tokens.
+pub const GENERATED_ADMIN: &str = "admin (generated)";
+
+/// How long in-flight requests may take to finish once the server stops.
+const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How to run a server.
 #[derive(Debug, Clone)]
@@ -23,6 +31,7 @@ pub struct ServerOptions {
     /// Admin token to install (kept across restarts); a fresh one is generated when absent.
     pub admin_token: Option<String>,
     pub planner: PlannerOptions,
+    pub http: HttpLimits,
 }
 
 /// A running server; dropping it does not stop it, call [`RunningServer::shutdown`].
@@ -57,25 +66,33 @@ impl RunningServer {
 /// Opens the archive, installs the admin token, binds the listener and starts serving.
 pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
     let archive = Archive::open(&options.database_url).await?;
-    let admin_token = options.admin_token.clone().unwrap_or_else(crate::new_token);
-    archive
-        .add_token(&admin_token, "admin", Role::Admin)
-        .await?;
+    let admin_token = match &options.admin_token {
+        Some(token) => {
+            archive.add_token(token, "admin", Role::Admin).await?;
+            token.clone()
+        }
+        None => {
+            let token = crate::new_token();
+            archive
+                .replace_tokens_named(&token, GENERATED_ADMIN, Role::Admin)
+                .await?;
+            token
+        }
+    };
     let (state, deliveries) = ServerState::new(archive).await?;
     let listener = TcpListener::bind(options.listen)
         .await
         .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", options.listen))?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = watch::channel(false);
-    let mut http_stop = stopped.clone();
-    let app = router(state.clone());
-    let http = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = http_stop.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
+    let app = http::bounded(router(state.clone()), options.http);
+    let http = tokio::spawn(http::serve(
+        listener,
+        app,
+        options.http,
+        stopped.clone(),
+        SHUTDOWN_DRAIN,
+    ));
     let archivers = tokio::spawn(archivers::run(
         state.archive.clone(),
         state.archivers.clone(),

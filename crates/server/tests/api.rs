@@ -75,7 +75,9 @@ async fn api_scenario(kind: Kind) {
         (status, body["error"].as_str().unwrap()),
         (401, "unknown bearer token")
     );
-    let agent = Api::new(&server.url(), &admin.token("fleet", "agent").await);
+    // One token per agent: "a" acts as agent a only.
+    let agent = Api::new(&server.url(), &admin.token("a", "agent").await);
+    let agent_b = Api::new(&server.url(), &admin.token("b", "agent").await);
     let publisher = Api::new(&server.url(), &admin.token("app", "publisher").await);
     let reader = Api::new(&server.url(), &admin.token("grafana", "reader").await);
     // A refused call names the caller's role and every role that would do (admin always).
@@ -119,12 +121,26 @@ async fn api_scenario(kind: Kind) {
         body["error"].as_str().unwrap().contains("endpoint_port"),
         "{body}"
     );
-    for (name, site) in [("a", "north"), ("b", "south")] {
-        let (status, body) = agent
+    for (caller, name, site) in [(&agent, "a", "north"), (&agent_b, "b", "south")] {
+        let (status, body) = caller
             .post("/api/v1/agents", json!({"name": name, "addresses": ["127.0.0.1"], "endpoint_port": 9, "tags": {"site": site}, "accepts_inbound": true}))
             .await;
         assert_eq!(status, 200, "{body}");
     }
+    // One agent's token cannot register, heartbeat or fetch runs as another.
+    let (status, body) = agent
+        .post("/api/v1/agents", json!({"name": "b", "addresses": ["127.0.0.9"], "endpoint_port": 9, "accepts_inbound": true}))
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        body["error"].as_str().unwrap(),
+        "token 'a' belongs to agent 'a' and cannot act as agent 'b'; create one token per agent (POST /api/v1/tokens with the agent's name)"
+    );
+    assert_eq!(
+        agent.post("/api/v1/agents/b/heartbeat", json!({})).await.0,
+        403
+    );
+    assert_eq!(agent.get("/api/v1/agents/b/runs").await.0, 403);
     let (_, agents) = reader.get("/api/v1/agents").await;
     assert_eq!(agents["agents"].as_array().unwrap().len(), 2);
     assert_eq!(
@@ -132,7 +148,7 @@ async fn api_scenario(kind: Kind) {
         200
     );
     assert_eq!(
-        agent.post("/api/v1/agents/zz/heartbeat", json!({})).await.0,
+        admin.post("/api/v1/agents/zz/heartbeat", json!({})).await.0,
         404
     );
 
@@ -206,7 +222,16 @@ async fn api_scenario(kind: Kind) {
         .post("/api/v1/results", upload("nope", "a", 150.0))
         .await;
     assert_eq!(status, 404, "{body}");
+    // Nor upload as another: the first upload does not win.
     let (status, body) = agent
+        .post("/api/v1/results", upload("r2", "b", 170.0))
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = agent
+        .post("/api/v1/results/batch", json!([upload("r2", "b", 170.0)]))
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = agent_b
         .post(
             "/api/v1/results/batch",
             json!([
@@ -479,7 +504,7 @@ async fn missed_scenario(kind: Kind) {
     let agent = Api::new(
         &server.url(),
         &Api::new(&server.url(), &server.admin_token)
-            .token("late", "agent")
+            .token("a", "agent")
             .await,
     );
     let (status, ack) = agent
@@ -579,9 +604,10 @@ async fn archivers_scenario(kind: Kind) {
     let db = TestDb::new(kind, "archivers").await;
     let server = common::start(&db, PlannerOptions::default()).await;
     let admin = Api::new(&server.url(), &server.admin_token);
-    let agent = Api::new(&server.url(), &admin.token("fleet", "agent").await);
+    let agent = Api::new(&server.url(), &admin.token("a", "agent").await);
     for name in ["a", "b"] {
-        let (status, body) = agent
+        let own = Api::new(&server.url(), &admin.token(name, "agent").await);
+        let (status, body) = own
             .post("/api/v1/agents", json!({"name": name, "addresses": ["127.0.0.1"], "endpoint_port": 9, "accepts_inbound": true}))
             .await;
         assert_eq!(status, 200, "{body}");

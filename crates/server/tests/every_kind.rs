@@ -58,7 +58,7 @@ fn start_iperf3() -> (Child, u16) {
 
 async fn every_kind_scenario(kind: Kind) {
     let db = TestDb::new(kind, "kinds").await;
-    let (server, admin, agent_token) =
+    let (server, admin) =
         common::start_fleet_server(&db, Duration::from_secs(20), Duration::from_secs(15)).await;
     let spool = tempfile::tempdir().unwrap();
 
@@ -83,8 +83,12 @@ async fn every_kind_scenario(kind: Kind) {
 
     let mut agents = Vec::new();
     for name in ["k1", "k2"] {
-        let mut options =
-            AgentOptions::new(&server.url(), &agent_token, name, spool.path().join(name));
+        let mut options = AgentOptions::new(
+            &server.url(),
+            &admin.token(name, "agent").await,
+            name,
+            spool.path().join(name),
+        );
         options.endpoint_listen = Some(Ipv4Addr::LOCALHOST.into());
         let mut stopped = stopped.clone();
         agents.push(tokio::spawn(vantage_agent::run(options, async move {

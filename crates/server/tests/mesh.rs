@@ -33,7 +33,7 @@ async fn mesh_scenario(kind: Kind) {
         .with_test_writer()
         .try_init();
     let db = TestDb::new(kind, "mesh").await;
-    let (server, admin, agent_token) =
+    let (server, admin) =
         common::start_fleet_server(&db, Duration::from_secs(20), Duration::from_secs(10)).await;
     let spool = tempfile::tempdir().unwrap();
 
@@ -41,8 +41,12 @@ async fn mesh_scenario(kind: Kind) {
     let _guard = AgentsGuard(stop.clone());
     let mut agents = Vec::new();
     for name in ["m1", "m2", "m3", "nat"] {
-        let mut options =
-            AgentOptions::new(&server.url(), &agent_token, name, spool.path().join(name));
+        let mut options = AgentOptions::new(
+            &server.url(),
+            &admin.token(name, "agent").await,
+            name,
+            spool.path().join(name),
+        );
         options.endpoint_listen = Some("127.0.0.1".parse().unwrap());
         options.accepts_inbound = name != "nat";
         options.tags = BTreeMap::from([("mesh".to_string(), "yes".to_string())]);

@@ -78,7 +78,7 @@ proptest! {
         prop_assert_eq!(counts.received + counts.lost, expected);
         prop_assert!(counts.reordered <= counts.received);
         prop_assert_eq!(
-            counts.received + counts.out_of_range + counts.duplicates,
+            counts.received + counts.out_of_range + counts.duplicates + counts.late,
             arrivals.len() as u64
         );
     }

@@ -10,6 +10,11 @@ use crate::throughput::server::ServiceLimits;
 /// endpoint started with `--port 862`.
 pub const DEFAULT_PORT: u16 = 7862;
 
+/// Requests per second answered per source address by default: five times the densest
+/// schedule vantage's own latency tests use (2 000 probes/s), far below what would
+/// make the reflector useful as a traffic source aimed at someone else.
+pub const DEFAULT_UDP_RATE_LIMIT_PPS: u32 = 10_000;
+
 /// Deliberate misbehaviour of the reflector, for tests of loss accounting only.
 /// The CLI never sets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +38,9 @@ pub struct EndpointConfig {
     pub max_udp_senders: usize,
     /// Senders silent this long lose their state (their counter restarts at 0).
     pub udp_sender_idle: Duration,
+    /// Requests per second the reflector answers from one source address (a burst of a
+    /// tenth of a second is allowed); 0 = unlimited.
+    pub udp_rate_limit_pps: u32,
     /// Most TCP connections served at once; more are closed on accept and counted.
     pub max_tcp_connections: usize,
     /// Test hook; `None` in the product.
@@ -51,6 +59,7 @@ impl Default for EndpointConfig {
             port: DEFAULT_PORT,
             max_udp_senders: 10_000,
             udp_sender_idle: Duration::from_secs(60),
+            udp_rate_limit_pps: DEFAULT_UDP_RATE_LIMIT_PPS,
             max_tcp_connections: 1024,
             fault_injection: None,
             iperf3_port: None,

@@ -16,6 +16,16 @@ pub struct EndpointCounters {
     pub udp_receive_errors: AtomicU64,
     pub udp_send_errors: AtomicU64,
     pub udp_senders_evicted: AtomicU64,
+    /// Requests from a privileged, well-known reflector or our own source port (loop defence).
+    pub udp_refused_port: AtomicU64,
+    /// Requests from a non-unicast source or to a broadcast / multicast destination.
+    pub udp_refused_not_unicast: AtomicU64,
+    /// Requests shorter than their reply (answering would amplify).
+    pub udp_refused_short: AtomicU64,
+    /// Datagrams that were another reflector's reply.
+    pub udp_refused_reflected: AtomicU64,
+    /// Requests over their source address's rate limit.
+    pub udp_rate_limited: AtomicU64,
     /// Requests or replies dropped on purpose by [`FaultInjection`](crate::endpoint::FaultInjection).
     pub udp_fault_dropped: AtomicU64,
     pub tcp_connections: AtomicU64,
@@ -39,6 +49,11 @@ pub struct EndpointStats {
     pub udp_receive_errors: u64,
     pub udp_send_errors: u64,
     pub udp_senders_evicted: u64,
+    pub udp_refused_port: u64,
+    pub udp_refused_not_unicast: u64,
+    pub udp_refused_short: u64,
+    pub udp_refused_reflected: u64,
+    pub udp_rate_limited: u64,
     pub udp_fault_dropped: u64,
     pub tcp_connections: u64,
     pub tcp_rejected_busy: u64,
@@ -59,6 +74,11 @@ impl EndpointCounters {
             udp_receive_errors: get(&self.udp_receive_errors),
             udp_send_errors: get(&self.udp_send_errors),
             udp_senders_evicted: get(&self.udp_senders_evicted),
+            udp_refused_port: get(&self.udp_refused_port),
+            udp_refused_not_unicast: get(&self.udp_refused_not_unicast),
+            udp_refused_short: get(&self.udp_refused_short),
+            udp_refused_reflected: get(&self.udp_refused_reflected),
+            udp_rate_limited: get(&self.udp_rate_limited),
             udp_fault_dropped: get(&self.udp_fault_dropped),
             tcp_connections: get(&self.tcp_connections),
             tcp_rejected_busy: get(&self.tcp_rejected_busy),
@@ -81,7 +101,8 @@ impl std::fmt::Display for EndpointStats {
         write!(
             f,
             "udp: {} reflected, {} truncated, {} oversized, {} receive errors, {} send errors, \
-             {} senders evicted; tcp: {} connections, {} rejected busy, {} bad preamble, \
+             {} senders evicted, refused: {} source port, {} not unicast, {} shorter than reply, \
+             {} reflected, {} rate limited; tcp: {} connections, {} rejected busy, {} bad preamble, \
              {} unsupported version, {} unknown kind, {} bad frames, {} echoed frames",
             self.udp_reflected,
             self.udp_truncated,
@@ -89,6 +110,11 @@ impl std::fmt::Display for EndpointStats {
             self.udp_receive_errors,
             self.udp_send_errors,
             self.udp_senders_evicted,
+            self.udp_refused_port,
+            self.udp_refused_not_unicast,
+            self.udp_refused_short,
+            self.udp_refused_reflected,
+            self.udp_rate_limited,
             self.tcp_connections,
             self.tcp_rejected_busy,
             self.tcp_bad_preamble,

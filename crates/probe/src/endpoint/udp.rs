@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use super::config::{EndpointConfig, FaultInjection};
 use super::counters::{bump, EndpointCounters};
+use super::reflector_guard::{interface_broadcast_addresses, ReflectorGuard, Refusal};
 use crate::clock::local_clock_sync;
 use crate::timestamp::{
     enable_packet_info, enable_receive_ttl, enable_timestamping, now_unix_ns, poll_readable,
@@ -31,6 +32,8 @@ use crate::twamp::{self, ErrorEstimate, NtpTimestamp, ReflectorStamp, TwampError
 /// How often the stop flag is checked while no packet arrives.
 const STOP_POLL_MS: i32 = 100;
 const CLOCK_REFRESH_NS: i64 = 1_000_000_000;
+/// Interfaces (and their broadcast addresses) change rarely; re-read this often.
+const INTERFACES_REFRESH_NS: i64 = 10_000_000_000;
 
 struct SenderState {
     next_seq: u32,
@@ -49,6 +52,8 @@ pub(super) struct Reflector {
     senders: HashMap<(SocketAddr, u16), SenderState>,
     error_estimate: ErrorEstimate,
     error_estimate_read_ns: i64,
+    guard: ReflectorGuard,
+    interfaces_read_ns: i64,
 }
 
 impl Reflector {
@@ -62,6 +67,12 @@ impl Reflector {
         enable_timestamping(&socket, false);
         enable_receive_ttl(&socket, ipv6)?;
         enable_packet_info(&socket, ipv6)?;
+        let mut guard = ReflectorGuard::new(
+            socket.local_addr()?.port(),
+            config.udp_rate_limit_pps,
+            config.max_udp_senders.max(1),
+        );
+        guard.set_broadcast_addresses(interface_broadcast_addresses());
         Ok(Self {
             socket,
             counters,
@@ -71,6 +82,8 @@ impl Reflector {
             senders: HashMap::new(),
             error_estimate: clock_error_estimate(),
             error_estimate_read_ns: now_unix_ns(),
+            guard,
+            interfaces_read_ns: now_unix_ns(),
         })
     }
 
@@ -125,6 +138,26 @@ impl Reflector {
                 TwampError::Oversized { .. } => bump(&self.counters.udp_oversized),
                 _ => bump(&self.counters.udp_truncated),
             }
+            return;
+        }
+        if receive_ns - self.interfaces_read_ns > INTERFACES_REFRESH_NS {
+            self.guard
+                .set_broadcast_addresses(interface_broadcast_addresses());
+            self.interfaces_read_ns = receive_ns;
+        }
+        if let Err(refusal) = self
+            .guard
+            .check(request, peer, meta.destination, receive_ns)
+        {
+            tracing::debug!(%peer, ?refusal, "request not answered");
+            let counters = &self.counters;
+            bump(match refusal {
+                Refusal::SourcePort => &counters.udp_refused_port,
+                Refusal::NotUnicast => &counters.udp_refused_not_unicast,
+                Refusal::ShorterThanReply => &counters.udp_refused_short,
+                Refusal::Reflected => &counters.udp_refused_reflected,
+                Refusal::RateLimited => &counters.udp_rate_limited,
+            });
             return;
         }
         let ssid = twamp::stamp_request(request).unwrap_or(0);

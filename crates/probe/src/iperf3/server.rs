@@ -34,8 +34,8 @@ use crate::throughput::engine::{
 };
 use crate::throughput::run::{LocalInterval, LocalRun};
 use crate::throughput::server::{
-    accept_until_stopped, pacing_per_stream, ServiceLimits, ThroughputService, MAX_STREAMS,
-    RECEIVE_GRACE,
+    accept_until_stopped, pacing_per_stream, same_host, ServiceLimits, ThroughputService,
+    MAX_STREAMS, RECEIVE_GRACE,
 };
 use crate::throughput::SocketOptions;
 
@@ -397,9 +397,9 @@ impl Iperf3Server {
 
     fn connection(self: &Arc<Self>, mut stream: TcpStream, number: u64) -> io::Result<()> {
         stream.set_nonblocking(false)?;
-        stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
         let mut cookie = [0u8; COOKIE_BYTES];
-        stream.read_exact(&mut cookie)?;
+        read_exact_within(&mut stream, &mut cookie, Instant::now() + SETUP_TIMEOUT)?;
+        stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
         {
             let pending = self
                 .pending
@@ -434,12 +434,13 @@ impl Iperf3Server {
         &self,
         plan: &TestPlan,
         receiver: &mpsc::Receiver<(u64, TcpStream)>,
+        client: IpAddr,
     ) -> io::Result<Vec<DataSocket>> {
         let deadline = Instant::now() + SETUP_TIMEOUT;
         let count = plan.stream_count();
         if plan.udp {
             return (0..count)
-                .map(|_| self.accept_udp(deadline).map(DataSocket::Udp))
+                .map(|_| self.accept_udp(deadline, client).map(DataSocket::Udp))
                 .collect();
         }
         let mut accepted = Vec::with_capacity(count);
@@ -518,7 +519,7 @@ impl Iperf3Server {
         // engine stops (unread data would reset the client's sockets).
         let mut kept_open = Vec::new();
         for (index, socket) in self
-            .collect_streams(&plan, &receiver)?
+            .collect_streams(&plan, &receiver, peer.ip())?
             .into_iter()
             .enumerate()
         {
@@ -618,7 +619,10 @@ impl Iperf3Server {
 
     /// One UDP stream: the connect datagram on the shared port, answered from a new
     /// socket on the same port connected to the client (which then gets its packets).
-    fn accept_udp(&self, deadline: Instant) -> io::Result<UdpSocket> {
+    /// Answers the first UDP connect datagram from `client` (the control connection's
+    /// host); one from anywhere else is ignored, so a reverse test cannot be aimed at a
+    /// third party by a forged source address.
+    fn accept_udp(&self, deadline: Instant, client: IpAddr) -> io::Result<UdpSocket> {
         let mut buf = [0u8; 64];
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -641,6 +645,10 @@ impl Iperf3Server {
                 }
                 Err(err) => return Err(err),
             };
+            if !same_host(from.ip(), client) {
+                tracing::info!(%from, %client, "iperf3 UDP connect datagram from another host than the control connection ignored");
+                continue;
+            }
             let reply = match &buf[..len] {
                 msg if msg == super::UDP_CONNECT_MSG || msg == super::UDP_CONNECT_REPLY => {
                     super::UDP_CONNECT_REPLY
@@ -755,6 +763,30 @@ impl Drop for ClearPending<'_> {
             *pending = None;
         }
     }
+}
+
+/// `read_exact` that gives up at `deadline` as a whole: a per-read timeout alone lets a
+/// client that trickles a byte at a time hold the connection (and its thread) forever.
+fn read_exact_within(
+    stream: &mut TcpStream,
+    mut buf: &mut [u8],
+    deadline: Instant,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not send its cookie in time",
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(buf)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => buf = &mut buf[n..],
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

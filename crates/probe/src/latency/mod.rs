@@ -110,8 +110,10 @@ fn validate(spec: &LatencySpec) -> Result<(), LatencyError> {
         return invalid(format!("--dscp {} is out of range 0..=63", spec.dscp));
     }
     let (min, max) = match spec.protocol {
+        // A request at least as long as the 41-byte reply (RFC 6038 symmetric size):
+        // reflectors, ours included, do not answer shorter ones, which would amplify.
         LatencyProtocol::Udp => (
-            crate::twamp::SENDER_HEADER_LEN as u32,
+            crate::twamp::REFLECTOR_HEADER_LEN as u32,
             crate::twamp::MAX_PACKET_LEN as u32,
         ),
         LatencyProtocol::Icmp => (icmp::MIN_PAYLOAD_BYTES, icmp::MAX_PAYLOAD_BYTES),

@@ -615,7 +615,12 @@ fn udp_receive(
                 match tracker.observe(number - 1) {
                     vantage_stats::Arrival::Duplicate => current.duplicate_packets += 1,
                     arrival => {
-                        if arrival == vantage_stats::Arrival::Reordered {
+                        // A late arrival (behind the tracker's window) is reordered or a
+                        // duplicate; it is counted as a reordered arrival.
+                        if matches!(
+                            arrival,
+                            vantage_stats::Arrival::Reordered | vantage_stats::Arrival::Late
+                        ) {
                             current.reordered_packets += 1;
                             received.reordered_packets += 1;
                         }

@@ -5,8 +5,8 @@
 //! [`ServiceLimits`] (`vantage endpoint --max-duration --max-rate`).
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -299,7 +299,7 @@ impl ThroughputService {
         let mut streams = Vec::with_capacity(roles.len());
         if request.udp {
             for ((id, client_sends), socket) in roles.iter().zip(udp_sockets) {
-                accept_udp_hello(&socket, test_id, *id, deadline)?;
+                accept_udp_hello(&socket, test_id, *id, peer.ip(), deadline)?;
                 options.apply(&socket, peer, false)?;
                 streams.push(DataStream {
                     id: *id,
@@ -407,11 +407,20 @@ pub fn engine_settings(request: &TestRequest, duration: Duration) -> EngineSetti
     }
 }
 
-/// Waits for the client's hello on `socket`, connects to its source and acknowledges.
+/// Whether two addresses are the same host (an IPv4 address and its IPv4-mapped IPv6
+/// form are, as a dual-stack socket reports one as the other).
+pub(crate) fn same_host(a: IpAddr, b: IpAddr) -> bool {
+    a.to_canonical() == b.to_canonical()
+}
+
+/// Waits for the client's hello on `socket` from `client` (the control connection's
+/// host), connects to its source and acknowledges. A hello from another host is
+/// ignored: with a forged source it would aim a reverse test at a third party.
 fn accept_udp_hello(
     socket: &UdpSocket,
     test_id: u64,
     stream_id: u32,
+    client: IpAddr,
     deadline: Instant,
 ) -> io::Result<()> {
     let mut buf = [0u8; 64];
@@ -436,6 +445,10 @@ fn accept_udp_hello(
             }
             Err(err) => return Err(err),
         };
+        if !same_host(from.ip(), client) {
+            tracing::info!(%from, %client, "UDP hello from another host than the control connection ignored");
+            continue;
+        }
         if wire::parse_udp_hello(&buf[..len], wire::UDP_HELLO) == Some((test_id, stream_id)) {
             socket.connect(from)?;
             socket.send(&wire::encode_udp_hello(
@@ -448,11 +461,17 @@ fn accept_udp_hello(
     }
 }
 
+/// Most connections a listener handles at once, each on its own thread: one test's
+/// control connection and [`MAX_STREAMS`] data streams, plus room for a few refusals.
+pub(crate) const MAX_CONNECTION_THREADS: usize = MAX_STREAMS as usize + 32;
+
 /// Accepts connections on `listener` until `stop` is set, handling each on its own
-/// thread. Non-blocking accept polled every 20 ms so `stop` is noticed without a
-/// wake-up connection. The handler also gets the connection's accept number: the
-/// threads run in any order, and a protocol that gives connections roles by their
-/// order (iperf3's `--bidir`) needs the order of accept.
+/// thread, at most [`MAX_CONNECTION_THREADS`] at once: a connection beyond that is
+/// closed at once, and a thread the system cannot start costs that connection only,
+/// never the listener. Non-blocking accept polled every 20 ms so `stop` is noticed
+/// without a wake-up connection. The handler also gets the connection's accept
+/// number: the threads run in any order, and a protocol that gives connections roles
+/// by their order (iperf3's `--bidir`) needs the order of accept.
 pub(crate) fn accept_until_stopped<H>(
     listener: &TcpListener,
     stop: &AtomicBool,
@@ -464,18 +483,34 @@ where
 {
     listener.set_nonblocking(true)?;
     let handle = Arc::new(handle);
+    let running = Arc::new(AtomicUsize::new(0));
     let mut accepted = 0u64;
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
+                if running.load(Ordering::Acquire) >= MAX_CONNECTION_THREADS {
+                    tracing::info!(%peer, "{service_name}: {MAX_CONNECTION_THREADS} connections already served; closing this one");
+                    drop(stream);
+                    continue;
+                }
                 let handle = Arc::clone(&handle);
                 accepted += 1;
                 let number = accepted;
-                std::thread::spawn(move || {
-                    if let Err(err) = handle(stream, number) {
-                        tracing::debug!(%peer, "{service_name} connection ended: {err}");
-                    }
-                });
+                running.fetch_add(1, Ordering::AcqRel);
+                let finished = Arc::clone(&running);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("{service_name}-conn"))
+                    .spawn(move || {
+                        if let Err(err) = handle(stream, number) {
+                            tracing::debug!(%peer, "{service_name} connection ended: {err}");
+                        }
+                        finished.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if let Err(err) = spawned {
+                    // The closure (and with it the connection) was dropped unrun.
+                    running.fetch_sub(1, Ordering::AcqRel);
+                    tracing::warn!(%peer, "{service_name}: cannot start a thread for a connection: {err}");
+                }
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(20));
@@ -484,4 +519,59 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, UdpSocket};
+    use std::time::{Duration, Instant};
+
+    use super::{accept_udp_hello, same_host};
+    use crate::throughput::wire;
+
+    #[test]
+    fn a_udp_hello_from_another_host_than_the_control_connection_is_ignored() {
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let target = server.local_addr().unwrap();
+        let hello = wire::encode_udp_hello(wire::UDP_HELLO, 42, 1);
+        // The forged hello (a third party's address) arrives first, then the client's.
+        let third_party = UdpSocket::bind("127.0.0.2:0").unwrap();
+        third_party.send_to(&hello, target).unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.send_to(&hello, target).unwrap();
+        let control_host: IpAddr = "127.0.0.1".parse().unwrap();
+        accept_udp_hello(
+            &server,
+            42,
+            1,
+            control_host,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(server.peer_addr().unwrap(), client.local_addr().unwrap());
+        let mut ack = [0u8; 64];
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let len = client.recv(&mut ack).unwrap();
+        assert_eq!(
+            wire::parse_udp_hello(&ack[..len], wire::UDP_HELLO_ACK),
+            Some((42, 1))
+        );
+        third_party
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        assert!(
+            third_party.recv(&mut ack).is_err(),
+            "the third party got nothing"
+        );
+    }
+
+    #[test]
+    fn ipv4_mapped_addresses_are_the_same_host() {
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert!(same_host(v4, mapped));
+        assert!(!same_host(v4, "192.0.2.8".parse().unwrap()));
+    }
 }

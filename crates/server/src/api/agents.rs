@@ -27,8 +27,8 @@ pub(super) async fn register_agent(
     caller: Caller,
     body: Bytes,
 ) -> ApiResult<Json<serde_json::Value>> {
-    caller.require(&[Role::Agent])?;
     let registration: AgentRegistration = parse_body(&body)?;
+    caller.require_agent(&registration.name)?;
     if registration.name.trim().is_empty() {
         return Err(ApiError::bad_request("field 'name': must not be empty"));
     }
@@ -50,7 +50,7 @@ pub(super) async fn heartbeat(
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    caller.require(&[Role::Agent])?;
+    caller.require_agent(&name)?;
     if !state.archive.touch_agent(&name).await? {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -88,7 +88,7 @@ pub(super) async fn assigned_runs(
     Path(name): Path<String>,
     uri: Uri,
 ) -> ApiResult<Json<AssignedRuns>> {
-    caller.require(&[Role::Agent])?;
+    caller.require_agent(&name)?;
     let query: RunsQuery = parse_query(&uri)?;
     let agents = state.archive.agents().await?;
     if !agents.iter().any(|agent| agent.registration.name == name) {

@@ -28,7 +28,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub(super) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             message: message.into(),
@@ -86,6 +86,25 @@ impl Caller {
                 ),
             ))
         }
+    }
+}
+
+impl Caller {
+    /// Allows agent-role callers to act only as the agent their token is named for
+    /// (one token per agent; admins may act for any agent).
+    pub(super) fn require_agent(&self, agent: &str) -> ApiResult<()> {
+        self.require(&[Role::Agent])?;
+        if self.role == Role::Agent && self.name != agent {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "token '{}' belongs to agent '{}' and cannot act as agent '{agent}'; \
+                     create one token per agent (POST /api/v1/tokens with the agent's name)",
+                    self.name, self.name
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

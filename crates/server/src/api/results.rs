@@ -27,10 +27,10 @@ pub(super) async fn upload_result(
     caller: Caller,
     body: Bytes,
 ) -> ApiResult<Json<ResultAck>> {
-    // Agent tokens may be shared by a fleet, so the upload names its agent; admins may
-    // upload on an agent's behalf (replays, imports).
-    caller.require(&[Role::Agent])?;
+    // An agent uploads as itself only; admins may upload on an agent's behalf
+    // (replays, imports).
     let upload: ResultUpload = parse_body(&body)?;
+    caller.require_agent(&upload.agent)?;
     let (ingest, _) = state
         .ingest
         .ingest(std::slice::from_ref(&upload))
@@ -51,6 +51,9 @@ pub(super) async fn upload_batch(
 ) -> ApiResult<Json<serde_json::Value>> {
     caller.require(&[Role::Agent])?;
     let uploads: Vec<ResultUpload> = parse_body(&body)?;
+    for upload in &uploads {
+        caller.require_agent(&upload.agent)?;
+    }
     if uploads.len() > MAX_BATCH {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

@@ -87,6 +87,7 @@ pub fn options(db: &TestDb, planner: PlannerOptions) -> ServerOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         admin_token: Some("admin-secret".into()),
         planner,
+        http: vantage_server::http::HttpLimits::default(),
     }
 }
 
@@ -96,13 +97,13 @@ pub async fn start(db: &TestDb, planner: PlannerOptions) -> RunningServer {
         .expect("server starts")
 }
 
-/// A server whose planner ticks fast and plans `horizon` ahead, its admin client,
-/// and a fleet-wide agent token: how the end-to-end fleet tests start.
+/// A server whose planner ticks fast and plans `horizon` ahead, and its admin client
+/// (which mints each agent its own token): how the end-to-end fleet tests start.
 pub async fn start_fleet_server(
     db: &TestDb,
     horizon: std::time::Duration,
     miss_grace: std::time::Duration,
-) -> (RunningServer, Api, String) {
+) -> (RunningServer, Api) {
     let server = start(
         db,
         PlannerOptions {
@@ -114,8 +115,7 @@ pub async fn start_fleet_server(
     )
     .await;
     let admin = Api::new(&server.url(), &server.admin_token);
-    let agent_token = admin.token("fleet", "agent").await;
-    (server, admin, agent_token)
+    (server, admin)
 }
 
 /// A small JSON client for the API.
