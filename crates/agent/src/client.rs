@@ -1,5 +1,6 @@
 //! HTTP client of the server's agent API (docs/api.md). The agent always connects out.
 
+use std::path::Path;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -26,15 +27,42 @@ pub struct ServerClient {
     token: String,
 }
 
+/// An HTTP client for the server's API that also trusts the CA certificate(s) in the
+/// PEM file `ca_cert` (a private CA's, for `vantage server --tls-cert`).
+pub fn http_client(ca_cert: Option<&Path>) -> anyhow::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+    if let Some(path) = ca_cert {
+        let pem = std::fs::read(path).map_err(|error| {
+            anyhow::anyhow!("cannot read --ca-cert {}: {error}", path.display())
+        })?;
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|error| {
+            anyhow::anyhow!(
+                "--ca-cert {} is not PEM certificates: {error}",
+                path.display()
+            )
+        })?;
+        if certificates.is_empty() {
+            anyhow::bail!("--ca-cert {} holds no PEM certificate", path.display());
+        }
+        for certificate in certificates {
+            builder = builder.add_root_certificate(certificate);
+        }
+    }
+    builder
+        .build()
+        .map_err(|error| anyhow::anyhow!("cannot build the HTTP client: {error}"))
+}
+
 impl ServerClient {
-    pub fn new(base_url: &str, token: &str) -> anyhow::Result<ServerClient> {
+    pub fn new(
+        base_url: &str,
+        token: &str,
+        ca_cert: Option<&Path>,
+    ) -> anyhow::Result<ServerClient> {
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             anyhow::bail!("--server '{base_url}' must start with http:// or https://");
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|error| anyhow::anyhow!("cannot build the HTTP client: {error}"))?;
+        let http = http_client(ca_cert)?;
         Ok(ServerClient {
             http,
             base: base_url.trim_end_matches('/').to_string(),

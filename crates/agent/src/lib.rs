@@ -28,6 +28,8 @@ use crate::spool::{Spool, SpoolQuota};
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
     pub server_url: String,
+    /// PEM CA certificate(s) trusted for an https:// server besides the system's roots.
+    pub ca_cert: Option<PathBuf>,
     pub token: String,
     pub name: String,
     pub tags: BTreeMap<String, String>,
@@ -59,6 +61,7 @@ impl AgentOptions {
     pub fn new(server_url: &str, token: &str, name: &str, spool_dir: PathBuf) -> AgentOptions {
         AgentOptions {
             server_url: server_url.to_string(),
+            ca_cert: None,
             token: token.to_string(),
             name: name.to_string(),
             tags: BTreeMap::new(),
@@ -130,7 +133,11 @@ fn refusal_is_retried(status: u16) -> bool {
 /// (bad token, unusable spool, endpoint port taken); a server outage is waited out.
 pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let spool = Spool::open_with_quota(&options.spool_dir, options.spool_quota)?;
-    let client = ServerClient::new(&options.server_url, &options.token)?;
+    let client = ServerClient::new(
+        &options.server_url,
+        &options.token,
+        options.ca_cert.as_deref(),
+    )?;
     let endpoint = Endpoint::bind(EndpointConfig {
         listen: options.endpoint_listen,
         port: options.endpoint_port,

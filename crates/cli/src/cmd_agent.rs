@@ -10,9 +10,12 @@ use vantage_agent::AgentOptions;
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// Server URL, e.g. http://server:8470.
+    /// Server URL, e.g. http://server:8470 or https://server:8470.
     #[arg(long)]
     pub server: String,
+    /// CA certificate(s) (PEM) to trust for an https:// server, e.g. a private CA's.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
     /// Bearer token with role agent.
     #[arg(long, env = "VANTAGE_TOKEN", hide_env_values = true)]
     pub token: String,
@@ -74,6 +77,7 @@ fn parse_tag(text: &str) -> Result<(String, String), String> {
 pub fn run(args: AgentArgs) -> ExitCode {
     crate::daemon::init_logging();
     let mut options = AgentOptions::new(&args.server, &args.token, &args.name, args.spool);
+    options.ca_cert = args.ca_cert;
     options.tags = args.tags.into_iter().collect::<BTreeMap<_, _>>();
     options.accepts_inbound = !args.no_inbound;
     options.endpoint_port = args.endpoint_port;

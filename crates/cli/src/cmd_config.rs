@@ -20,12 +20,15 @@ pub enum ConfigCommand {
     /// Validate a configuration file and apply it on a server.
     Apply {
         file: PathBuf,
-        /// Server URL, e.g. http://server:8470.
+        /// Server URL, e.g. http://server:8470 or https://server:8470.
         #[arg(long)]
         server: String,
         /// Bearer token with role admin.
         #[arg(long, env = "VANTAGE_TOKEN", hide_env_values = true)]
         token: String,
+        /// CA certificate(s) (PEM) to trust for an https:// server, e.g. a private CA's.
+        #[arg(long, value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
     },
 }
 
@@ -66,19 +69,27 @@ fn execute(command: ConfigCommand) -> Result<String, String> {
             file,
             server,
             token,
+            ca_cert,
         } => {
             let document = load(&file)?;
             let runtime = tokio::runtime::Runtime::new()
                 .map_err(|error| format!("cannot start the runtime: {error}"))?;
-            let version = runtime.block_on(apply(&server, &token, &document))?;
+            let version =
+                runtime.block_on(apply(&server, &token, ca_cert.as_deref(), &document))?;
             Ok(format!("{}: applied as version {version}", file.display()))
         }
     }
 }
 
-async fn apply(server: &str, token: &str, document: &serde_json::Value) -> Result<i64, String> {
+async fn apply(
+    server: &str,
+    token: &str,
+    ca_cert: Option<&std::path::Path>,
+    document: &serde_json::Value,
+) -> Result<i64, String> {
     let url = format!("{}/api/v1/config", server.trim_end_matches('/'));
-    let response = reqwest::Client::new()
+    let client = vantage_agent::client::http_client(ca_cert).map_err(|error| error.to_string())?;
+    let response = client
         .put(&url)
         .bearer_auth(token)
         .json(document)

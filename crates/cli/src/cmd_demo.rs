@@ -86,6 +86,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
             ..PlannerOptions::default()
         },
         http: vantage_server::http::HttpLimits::default(),
+        tls: None,
     })
     .await?;
     let reader_token = vantage_server::new_token();

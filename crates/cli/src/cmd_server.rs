@@ -1,6 +1,7 @@
 //! `vantage server`: the control plane (archive, REST API, scheduler loop).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -8,6 +9,7 @@ use vantage_model::units::parse_duration;
 use vantage_server::http::HttpLimits;
 use vantage_server::planner::PlannerOptions;
 use vantage_server::service::{self, ServerOptions};
+use vantage_server::tls::TlsFiles;
 
 #[derive(Args, Debug)]
 pub struct ServerArgs {
@@ -41,6 +43,12 @@ pub struct ServerArgs {
     /// Largest request body (BYTES); larger ones are refused with 413.
     #[arg(long, value_name = "BYTES", default_value = "32MiB", value_parser = parse_bytes)]
     pub max_body: u64,
+    /// Serve HTTPS with this certificate chain (PEM, server certificate first); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 fn parse_bytes(input: &str) -> Result<u64, String> {
@@ -83,6 +91,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
             request_timeout: args.request_timeout,
             max_body_bytes: usize::try_from(args.max_body).unwrap_or(usize::MAX),
         },
+        tls: args
+            .tls_cert
+            .zip(args.tls_key)
+            .map(|(cert, key)| TlsFiles { cert, key }),
     })
     .await?;
     eprintln!(

@@ -8,10 +8,12 @@
 //! - [`tcp_info`], [`cpu`], [`pacing`]: TCP_INFO decoding, measuring-thread CPU
 //!   self-check, packet pacing.
 //! - [`timestamp`], [`clock`], [`mtu`]: kernel stamps, clock sync state, path MTU.
+//! - [`deadline`]: one deadline for a whole setup exchange (trickling peers are cut off).
 
 pub mod capacity;
 pub mod clock;
 pub mod cpu;
+pub mod deadline;
 pub mod endpoint;
 pub mod iperf3;
 pub mod latency;

@@ -17,6 +17,8 @@ use vantage_probe::endpoint::tcp::{
 };
 use vantage_probe::endpoint::EndpointCounters;
 use vantage_probe::latency::run_latency;
+use vantage_probe::throughput::server::MAX_CONNECTION_THREADS;
+use vantage_probe::throughput::wire::{CONNECTION_CONTROL, KIND_THROUGHPUT};
 use vantage_probe::twamp::{self, REFLECTOR_HEADER_LEN, SENDER_HEADER_LEN};
 
 /// Waits (bounded) until `done` holds for the endpoint's counters.
@@ -214,6 +216,113 @@ fn tcp_service_counts_bad_preambles_kinds_and_frames() {
             && c.tcp_bad_frames.load(Ordering::Relaxed) == 2
     });
     assert_still_answers(&endpoint, "127.0.0.1");
+}
+
+/// A client that opens a throughput control connection and trickles its request a
+/// byte at a time (each byte well within any per-read timeout) is cut off at the setup
+/// deadline, and the service then runs a real test.
+#[test]
+fn a_trickling_throughput_client_is_cut_off_at_the_setup_deadline() {
+    let endpoint = TestEndpoint::start(None, |_| {});
+    let mut trickler = connect(&endpoint);
+    trickler
+        .write_all(&encode_preamble(KIND_THROUGHPUT))
+        .unwrap();
+    let mut status = [0u8; PREAMBLE_LEN];
+    trickler.read_exact(&mut status).unwrap();
+    assert_eq!(status[5], Status::Ok as u8);
+    trickler.write_all(&[CONNECTION_CONTROL]).unwrap();
+    trickler.write_all(&1_000u32.to_be_bytes()).unwrap();
+    // 1 000 bytes at one per 100 ms would take 100 s; stop at the first failed write
+    // (the server closed), or after 300 bytes (30 s) at most.
+    let mut sent = 0;
+    while sent < 300 {
+        std::thread::sleep(Duration::from_millis(100));
+        if trickler.write_all(b" ").is_err() {
+            break;
+        }
+        sent += 1;
+        let mut probe = [0u8; 1];
+        trickler.set_nonblocking(true).unwrap();
+        let closed = matches!(trickler.read(&mut probe), Ok(0));
+        trickler.set_nonblocking(false).unwrap();
+        if closed {
+            break;
+        }
+    }
+    assert!(
+        sent < 300,
+        "the endpoint still waited for the request after {sent} trickled bytes"
+    );
+    // The service is free: a real test runs.
+    let port: u16 = endpoint
+        .at("127.0.0.1")
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut spec = vantage_model::throughput::ThroughputSpec::new("127.0.0.1", port);
+    spec.duration_us = Some(500_000);
+    let result = vantage_probe::throughput::client::run_native(&spec).unwrap();
+    assert!(result.summary.received_bytes > 0, "{:?}", result.summary);
+}
+
+/// Throughput connections hold blocking threads; the service takes at most
+/// `MAX_CONNECTION_THREADS` of them and answers the next connection `busy`.
+#[test]
+fn throughput_connections_beyond_the_thread_bound_are_refused_busy() {
+    let endpoint = TestEndpoint::start(None, |_| {});
+    // Each held connection is released at the 5 s setup deadline; opening them all
+    // must finish well before that for the bound to be observable. A machine too
+    // loaded to open 161 loopback connections in 4 s retries (bounded).
+    for attempt in 1..=3 {
+        let started = Instant::now();
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTION_THREADS {
+            let mut stream = connect(&endpoint);
+            stream.write_all(&encode_preamble(KIND_THROUGHPUT)).unwrap();
+            let mut status = [0u8; PREAMBLE_LEN];
+            stream.read_exact(&mut status).unwrap();
+            assert_eq!(status[5], Status::Ok as u8, "within the bound");
+            held.push(stream);
+        }
+        let mut extra = connect(&endpoint);
+        extra.write_all(&encode_preamble(KIND_THROUGHPUT)).unwrap();
+        let mut status = [0u8; PREAMBLE_LEN];
+        extra.read_exact(&mut status).unwrap();
+        if started.elapsed() > Duration::from_secs(4) {
+            eprintln!(
+                "attempt {attempt}: opening took {:?}; retrying",
+                started.elapsed()
+            );
+            continue;
+        }
+        assert_eq!(status[5], Status::Busy as u8, "beyond the bound");
+        wait_for(&endpoint.counters, "the busy refusal", |c| {
+            c.tcp_rejected_busy.load(Ordering::Relaxed) >= 1
+        });
+        drop(held);
+        // Once they are gone, throughput connections are served again.
+        let mut again = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut stream = connect(&endpoint);
+            stream.write_all(&encode_preamble(KIND_THROUGHPUT)).unwrap();
+            stream.read_exact(&mut status).unwrap();
+            if status[5] == Status::Ok as u8 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still busy after the connections closed"
+            );
+            again.push(stream);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return;
+    }
+    panic!("could not open {MAX_CONNECTION_THREADS} connections within 4 s in 3 attempts");
 }
 
 proptest! {

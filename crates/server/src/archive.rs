@@ -60,6 +60,35 @@ pub fn now_us() -> i64 {
 }
 
 /// Tokens are stored hashed so that a leaked database does not leak credentials.
+/// Hex digits of a token's SHA-256 that identify it in listings and revocations.
+pub const TOKEN_ID_LEN: usize = 16;
+
+/// What a bearer token grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenGrant {
+    pub name: String,
+    pub role: Role,
+    /// The token is refused from this time on; `None`: it does not expire.
+    pub expires_us: Option<i64>,
+}
+
+/// A token as admins see it: its id, never its value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenInfo {
+    /// The first [`TOKEN_ID_LEN`] hex digits of the token's SHA-256.
+    pub id: String,
+    pub name: String,
+    pub role: String,
+    pub created: DateTime<Utc>,
+    pub expires: Option<DateTime<Utc>>,
+    pub revoked: Option<DateTime<Utc>>,
+}
+
+/// The id of `token` in listings (see [`TokenInfo::id`]).
+pub fn token_id(token: &str) -> String {
+    token_digest(token)[..TOKEN_ID_LEN].to_string()
+}
+
 fn token_digest(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
@@ -315,18 +344,74 @@ impl Archive {
     // ---- tokens -------------------------------------------------------------
 
     pub async fn add_token(&self, token: &str, name: &str, role: Role) -> Result<(), ArchiveError> {
+        self.add_expiring_token(token, name, role, None).await
+    }
+
+    /// Stores `token` (by its digest), valid until `expires_us` when given.
+    pub async fn add_expiring_token(
+        &self,
+        token: &str,
+        name: &str,
+        role: Role,
+        expires_us: Option<i64>,
+    ) -> Result<(), ArchiveError> {
         sqlx::query(
-            "INSERT INTO tokens (token_sha256, name, role, created_us) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (token_sha256) DO UPDATE SET name = excluded.name, role = excluded.role",
+            "INSERT INTO tokens (token_sha256, name, role, created_us, expires_us) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (token_sha256) DO UPDATE SET name = excluded.name, role = excluded.role, \
+             expires_us = excluded.expires_us, revoked_us = NULL",
         )
         .bind(token_digest(token))
         .bind(name)
         .bind(role.as_str())
         .bind(now_us())
+        .bind(expires_us)
         .execute(&self.pool)
         .await
         .map_err(sql("storing a token"))?;
         Ok(())
+    }
+
+    /// Every token, newest first, by id (never by value), revoked ones included.
+    pub async fn tokens(&self) -> Result<Vec<TokenInfo>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT token_sha256, name, role, created_us, expires_us, revoked_us FROM tokens \
+             ORDER BY created_us DESC, token_sha256",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("listing tokens"))?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let digest: String = row.get("token_sha256");
+                TokenInfo {
+                    id: digest[..TOKEN_ID_LEN].to_string(),
+                    name: row.get("name"),
+                    role: row.get("role"),
+                    created: from_us(row.get("created_us")),
+                    expires: row.get::<Option<i64>, _>("expires_us").map(from_us),
+                    revoked: row.get::<Option<i64>, _>("revoked_us").map(from_us),
+                }
+            })
+            .collect())
+    }
+
+    /// Revokes the token with id `id` (see [`TokenInfo::id`]); false when no live
+    /// token has that id.
+    pub async fn revoke_token(&self, id: &str) -> Result<bool, ArchiveError> {
+        if id.len() != TOKEN_ID_LEN || !id.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+            return Ok(false);
+        }
+        let revoked = sqlx::query(
+            "UPDATE tokens SET revoked_us = $1 WHERE substr(token_sha256, 1, 16) = $2 \
+             AND revoked_us IS NULL",
+        )
+        .bind(now_us())
+        .bind(id.to_ascii_lowercase())
+        .execute(&self.pool)
+        .await
+        .map_err(sql("revoking a token"))?;
+        Ok(revoked.rows_affected() > 0)
     }
 
     /// Installs `token` as the only token named `name` (earlier tokens of that name are
@@ -369,16 +454,23 @@ impl Archive {
             .map_err(sql("counting tokens"))
     }
 
-    /// The name and role a bearer token grants, if it is known.
-    pub async fn token(&self, token: &str) -> Result<Option<(String, Role)>, ArchiveError> {
-        let row = sqlx::query("SELECT name, role FROM tokens WHERE token_sha256 = $1")
-            .bind(token_digest(token))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(sql("looking up a token"))?;
+    /// What a bearer token grants, if it is known and not revoked (expired tokens are
+    /// returned with their expiry, so the caller can say why they are refused).
+    pub async fn token(&self, token: &str) -> Result<Option<TokenGrant>, ArchiveError> {
+        let row = sqlx::query(
+            "SELECT name, role, expires_us FROM tokens WHERE token_sha256 = $1 AND revoked_us IS NULL",
+        )
+        .bind(token_digest(token))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql("looking up a token"))?;
         Ok(row.and_then(|row| {
             let role = Role::parse(&row.get::<String, _>("role"))?;
-            Some((row.get("name"), role))
+            Some(TokenGrant {
+                name: row.get("name"),
+                role,
+                expires_us: row.get("expires_us"),
+            })
         }))
     }
 

@@ -116,12 +116,14 @@ fn record(
 }
 
 /// Delivers queued results until `stopped` turns true.
+/// The receiver is shared so that a restarted worker (after a panic) takes it over.
 pub async fn run(
     archive: Archive,
     queue: ArchiverQueue,
-    mut receiver: mpsc::Receiver<Delivery>,
+    receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Delivery>>>,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let mut receiver = receiver.lock().await;
     let http = reqwest::Client::builder()
         .timeout(HTTP_TIMEOUT)
         .build()

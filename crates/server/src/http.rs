@@ -13,9 +13,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::Watcher;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
 
 use crate::api::ApiError;
 
@@ -109,12 +111,13 @@ async fn json_errors(request: Request, next: Next) -> Response {
     json
 }
 
-/// Serves `app` on `listener` until `stopped` turns true, then lets in-flight requests
-/// finish (at most `drain` long) before returning.
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `stopped` turns
+/// true, then lets in-flight requests finish (at most `drain` long) before returning.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: HttpLimits,
+    tls: Option<TlsAcceptor>,
     mut stopped: watch::Receiver<bool>,
     drain: Duration,
 ) -> std::io::Result<()> {
@@ -137,14 +140,21 @@ pub async fn serve(
             },
             _ = stop_requested(&mut stopped) => break,
         };
-        let service = TowerToHyperService::new(app.clone());
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
-            .serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
+        let (app, watcher, tls) = (app.clone(), graceful.watcher(), tls.clone());
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            let served = match tls {
+                None => serve_connection(stream, app, limits, watcher).await,
+                // The handshake counts against the header deadline: a client that
+                // opens a connection and says nothing is cut off either way.
+                Some(tls) => {
+                    match tokio::time::timeout(limits.header_timeout, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => serve_connection(stream, app, limits, watcher).await,
+                        Ok(Err(error)) => Err(format!("TLS handshake failed: {error}")),
+                        Err(_) => Err("TLS handshake not completed in time".to_string()),
+                    }
+                }
+            };
+            if let Err(error) = served {
                 tracing::debug!(%peer, "connection ended: {error}");
             }
             drop(permit);
@@ -161,6 +171,26 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// Serves HTTP/1.1 requests on one connection until it closes.
+async fn serve_connection<S>(
+    stream: S,
+    app: Router,
+    limits: HttpLimits,
+    watcher: Watcher,
+) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    watcher
+        .watch(connection)
+        .await
+        .map_err(|error| error.to_string())
 }
 
 /// Completes once `stopped` turns true (or its sender is gone).

@@ -15,6 +15,8 @@ pub mod path_changes;
 pub mod planner;
 pub mod service;
 pub mod state;
+pub mod supervisor;
+pub mod tls;
 
 /// A fresh random bearer token (256 bits, hex).
 pub fn new_token() -> String {

@@ -14,10 +14,16 @@ use crate::archivers;
 use crate::http::{self, HttpLimits};
 use crate::planner::{self, PlannerOptions};
 use crate::state::ServerState;
+use crate::supervisor::supervise;
+use crate::tls::{self, TlsFiles};
 
 /// Name of the admin token a server generates when started without one; each start
 /// replaces the previous one, so restarts do not pile up admin tokens.
 pub const GENERATED_ADMIN: &str = "admin (generated)";
+
+/// Pause before a background task that panicked is started again (doubling while it
+/// keeps failing).
+const FIRST_RESTART_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long in-flight requests may take to finish once the server stops.
 const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
@@ -32,6 +38,8 @@ pub struct ServerOptions {
     pub admin_token: Option<String>,
     pub planner: PlannerOptions,
     pub http: HttpLimits,
+    /// Serve HTTPS with this certificate and key instead of plain HTTP.
+    pub tls: Option<TlsFiles>,
 }
 
 /// A running server; dropping it does not stop it, call [`RunningServer::shutdown`].
@@ -40,6 +48,8 @@ pub struct RunningServer {
     /// The admin token installed at start (generated or given).
     pub admin_token: String,
     pub state: Arc<ServerState>,
+    /// Whether the API is served over TLS.
+    pub https: bool,
     stop: watch::Sender<bool>,
     http: JoinHandle<std::io::Result<()>>,
     planner: JoinHandle<()>,
@@ -48,7 +58,8 @@ pub struct RunningServer {
 
 impl RunningServer {
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops accepting requests, lets in-flight ones finish, stops the planner, closes the pool.
@@ -65,6 +76,9 @@ impl RunningServer {
 
 /// Opens the archive, installs the admin token, binds the listener and starts serving.
 pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
+    // Certificate trouble is reported before anything else is touched.
+    let tls = options.tls.as_ref().map(tls::acceptor).transpose()?;
+    let https = tls.is_some();
     let archive = Archive::open(&options.database_url).await?;
     let admin_token = match &options.admin_token {
         Some(token) => {
@@ -90,25 +104,48 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         listener,
         app,
         options.http,
+        tls,
         stopped.clone(),
         SHUTDOWN_DRAIN,
     ));
-    let archivers = tokio::spawn(archivers::run(
-        state.archive.clone(),
-        state.archivers.clone(),
-        deliveries,
+    let deliveries = Arc::new(tokio::sync::Mutex::new(deliveries));
+    let archivers = supervise(
+        "archivers",
+        Arc::clone(&state.tasks),
         stopped.clone(),
-    ));
-    let planner = tokio::spawn(planner::run(
-        state.clone(),
-        options.planner.clone(),
-        stopped,
-    ));
-    tracing::info!(%addr, database = %redact(&options.database_url), "server listening");
+        FIRST_RESTART_PAUSE,
+        {
+            let (archive, queue, stopped) = (
+                state.archive.clone(),
+                state.archivers.clone(),
+                stopped.clone(),
+            );
+            move || {
+                archivers::run(
+                    archive.clone(),
+                    queue.clone(),
+                    Arc::clone(&deliveries),
+                    stopped.clone(),
+                )
+            }
+        },
+    );
+    let planner = supervise(
+        "planner",
+        Arc::clone(&state.tasks),
+        stopped.clone(),
+        FIRST_RESTART_PAUSE,
+        {
+            let (state, planner_options) = (state.clone(), options.planner.clone());
+            move || planner::run(state.clone(), planner_options.clone(), stopped.clone())
+        },
+    );
+    tracing::info!(%addr, https, database = %redact(&options.database_url), "server listening");
     Ok(RunningServer {
         addr,
         admin_token,
         state,
+        https,
         stop,
         http,
         planner,

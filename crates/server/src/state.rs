@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::{mpsc, Notify};
-use vantage_model::control::Role;
 
-use crate::archive::{Archive, ArchiveError};
+use crate::archive::{Archive, ArchiveError, TokenGrant};
 use crate::archivers::{ArchiverQueue, Delivery};
 use crate::events::{Event, EventBus};
 use crate::ingest::{IngestPipeline, ResultConsumer};
 use crate::path_changes::PathChanges;
+use crate::supervisor::TaskHealth;
 
 pub struct ServerState {
     pub archive: Archive,
@@ -22,12 +22,15 @@ pub struct ServerState {
     pub ingest: IngestPipeline,
     /// Woken when new runs are stored, so long-polling agents answer at once.
     pub runs_stored: Notify,
-    /// Known tokens by value; tokens are never revoked, so caching them is safe.
-    token_cache: RwLock<HashMap<String, (String, Role)>>,
+    /// Known tokens by value with what they grant; revoking a token clears it (see
+    /// [`ServerState::forget_tokens`]) and expiry is checked on every use.
+    token_cache: RwLock<HashMap<String, TokenGrant>>,
     /// Turns true when the server stops: ends event streams and long polls.
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// The file and HTTP archivers' queue (its counts are exported in `/metrics`).
     pub archivers: ArchiverQueue,
+    /// States of the supervised background tasks, for `/healthz`.
+    pub tasks: Arc<TaskHealth>,
 }
 
 impl ServerState {
@@ -55,6 +58,7 @@ impl ServerState {
             token_cache: RwLock::new(HashMap::new()),
             stopping: tokio::sync::watch::channel(false).0,
             archivers,
+            tasks: Arc::default(),
         });
         state.refresh_agent_tags().await?;
         Ok((state, deliveries))
@@ -70,8 +74,9 @@ impl ServerState {
         self.events.publish(event);
     }
 
-    /// The name and role a bearer token grants, if it is known.
-    pub async fn authenticate(&self, token: &str) -> Result<Option<(String, Role)>, ArchiveError> {
+    /// What a bearer token grants, if it is known and not revoked. An expired token is
+    /// returned too: the caller refuses it with its expiry.
+    pub async fn authenticate(&self, token: &str) -> Result<Option<TokenGrant>, ArchiveError> {
         if let Some(known) = self
             .token_cache
             .read()
@@ -88,5 +93,10 @@ impl ServerState {
                 .insert(token.to_string(), known.clone());
         }
         Ok(found)
+    }
+
+    /// Drops every cached token, so a revocation takes effect on the next request.
+    pub fn forget_tokens(&self) {
+        self.token_cache.write().expect("token cache lock").clear();
     }
 }

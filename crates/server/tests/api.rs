@@ -73,7 +73,7 @@ async fn api_scenario(kind: Kind) {
     let (status, body) = anonymous.get("/api/v1/agents").await;
     assert_eq!(
         (status, body["error"].as_str().unwrap()),
-        (401, "unknown bearer token")
+        (401, "unknown or revoked bearer token")
     );
     // One token per agent: "a" acts as agent a only.
     let agent = Api::new(&server.url(), &admin.token("a", "agent").await);
@@ -384,7 +384,9 @@ async fn every_documented_route_is_served() {
         if *path == "/api/v1/subscribe" {
             continue; // a stream: covered by api_scenario
         }
-        let path = path.replace("{name}", "nobody");
+        let path = path
+            .replace("{name}", "nobody")
+            .replace("{id}", "0123456789abcdef");
         let (status, body) = admin
             .call(&method.to_uppercase(), &path, Some(json!({})))
             .await;
@@ -1085,4 +1087,129 @@ async fn runs_placed_after_the_window_are_respected_on_sqlite() {
 #[tokio::test]
 async fn runs_placed_after_the_window_are_respected_on_postgres() {
     runs_after_the_window_scenario(Kind::Postgres).await;
+}
+
+/// Tokens expire and can be revoked: an expired token is refused with its expiry, a
+/// revoked one from the next request on, and listings show ids, never token values.
+async fn token_lifecycle_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "tokens").await;
+    let server = common::start(&db, PlannerOptions::default()).await;
+    let admin = Api::new(&server.url(), &server.admin_token);
+
+    // A lifetime is honoured and reported.
+    let (status, body) = admin
+        .post(
+            "/api/v1/tokens",
+            json!({"name": "temp", "role": "reader", "expires_in": "1h"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let expires = chrono::DateTime::parse_from_rfc3339(body["expires"].as_str().unwrap())
+        .unwrap()
+        .timestamp_micros();
+    assert!(
+        (expires - now_us() - 3_600_000_000).abs() < 60_000_000,
+        "{body}"
+    );
+    let temp = Api::new(&server.url(), body["token"].as_str().unwrap());
+    assert_eq!(temp.get("/api/v1/agents").await.0, 200);
+    for (bad, message) in [
+        (
+            json!({"name": "x", "role": "reader", "expires_in": "soon"}),
+            "field 'expires_in'",
+        ),
+        (
+            json!({"name": "x", "role": "reader", "expires_in": "0s"}),
+            "longer than 0 s",
+        ),
+        (json!({"name": "x", "role": "reader", "ttl": "1h"}), "ttl"),
+    ] {
+        let (status, body) = admin.post("/api/v1/tokens", bad).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body["error"].as_str().unwrap().contains(message), "{body}");
+    }
+
+    // A token past its expiry is refused, naming when it expired.
+    server
+        .state
+        .archive
+        .add_expiring_token(
+            "expired-secret",
+            "old-agent",
+            vantage_model::control::Role::Agent,
+            Some(now_us() - 1_000_000),
+        )
+        .await
+        .unwrap();
+    let expired = Api::new(&server.url(), "expired-secret");
+    let (status, body) = expired.get("/api/v1/agents").await;
+    assert_eq!(status, 401, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(
+        message.starts_with("token 'old-agent' expired at ") && message.contains("ask an admin"),
+        "{body}"
+    );
+
+    // Revocation: the agent's token works, is revoked by id, and is refused at once.
+    let agent_token = admin.token("r1", "agent").await;
+    let agent = Api::new(&server.url(), &agent_token);
+    let heartbeat = "/api/v1/agents/r1/heartbeat";
+    assert_ne!(agent.post(heartbeat, json!({})).await.0, 401);
+    let (status, listing) = admin.get("/api/v1/tokens").await;
+    assert_eq!(status, 200, "{listing}");
+    assert!(
+        !listing.to_string().contains(&agent_token),
+        "a listing never shows token values"
+    );
+    let id = listing["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|token| token["name"] == "r1")
+        .expect("r1 listed")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(id, vantage_server::archive::token_id(&agent_token));
+    let reader = Api::new(&server.url(), &admin.token("viewer", "reader").await);
+    let (status, _) = reader
+        .call("DELETE", &format!("/api/v1/tokens/{id}"), None)
+        .await;
+    assert_eq!(status, 403, "only admins revoke");
+    let (status, body) = admin
+        .call("DELETE", &format!("/api/v1/tokens/{id}"), None)
+        .await;
+    assert_eq!(
+        (status, body["revoked"].as_str()),
+        (200, Some(id.as_str())),
+        "{body}"
+    );
+    let (status, body) = agent.post(heartbeat, json!({})).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("unknown or revoked bearer token"))
+    );
+    let (status, body) = admin
+        .call("DELETE", &format!("/api/v1/tokens/{id}"), None)
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (_, listing) = admin.get("/api/v1/tokens").await;
+    let revoked = listing["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|token| token["id"] == id.as_str())
+        .unwrap();
+    assert!(revoked["revoked"].is_string(), "{revoked}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn tokens_expire_and_are_revoked_on_sqlite() {
+    token_lifecycle_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn tokens_expire_and_are_revoked_on_postgres() {
+    token_lifecycle_scenario(Kind::Postgres).await;
 }

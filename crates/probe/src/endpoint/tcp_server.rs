@@ -15,7 +15,7 @@ use super::tcp::{
     encode_status, parse_header, refuse, Status, KIND_LATENCY_ECHO, MAX_ECHO_FRAME_BYTES,
     PREAMBLE_LEN, PROTOCOL_VERSION,
 };
-use crate::throughput::server::ThroughputService;
+use crate::throughput::server::{ThroughputService, MAX_CONNECTION_THREADS};
 use crate::throughput::wire::KIND_THROUGHPUT;
 
 /// How long a client may take to send its preamble, and stay idle between frames.
@@ -33,6 +33,9 @@ pub(super) async fn serve(
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
     let slots = Arc::new(Semaphore::new(config.max_tcp_connections.max(1)));
+    // Throughput connections run on blocking threads: a bound of their own keeps them
+    // from taking every thread of the runtime's blocking pool (the agent's work).
+    let throughput_threads = Arc::new(Semaphore::new(MAX_CONNECTION_THREADS));
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -55,9 +58,12 @@ pub(super) async fn serve(
         };
         let counters = Arc::clone(&counters);
         let throughput = Arc::clone(&throughput);
+        let throughput_threads = Arc::clone(&throughput_threads);
         tokio::spawn(async move {
             let _ = stream.set_nodelay(true);
-            if let Err(err) = serve_connection(stream, &counters, throughput).await {
+            if let Err(err) =
+                serve_connection(stream, &counters, throughput, &throughput_threads).await
+            {
                 tracing::debug!(%peer, "connection ended: {err}");
             }
             drop(slot);
@@ -69,6 +75,7 @@ async fn serve_connection(
     mut stream: TcpStream,
     counters: &EndpointCounters,
     throughput: Arc<ThroughputService>,
+    throughput_threads: &Arc<Semaphore>,
 ) -> io::Result<()> {
     let mut preamble = [0u8; PREAMBLE_LEN];
     let read = tokio::time::timeout(PREAMBLE_TIMEOUT, stream.read_exact(&mut preamble)).await;
@@ -95,12 +102,23 @@ async fn serve_connection(
         // Throughput (control and data connections): blocking sockets on a thread,
         // see crate::throughput::wire.
         KIND_THROUGHPUT => {
+            let Ok(thread) = Arc::clone(throughput_threads).try_acquire_owned() else {
+                bump(&counters.tcp_rejected_busy);
+                let message = format!(
+                    "{MAX_CONNECTION_THREADS} throughput connections are being served; retry later"
+                );
+                return refuse(&mut stream, Status::Busy, &message).await;
+            };
             stream.write_all(&encode_status(Status::Ok)).await?;
             let stream = stream.into_std()?;
             stream.set_nonblocking(false)?;
-            tokio::task::spawn_blocking(move || throughput.handle(stream))
-                .await
-                .map_err(io::Error::other)?
+            tokio::task::spawn_blocking(move || {
+                let served = throughput.handle(stream);
+                drop(thread);
+                served
+            })
+            .await
+            .map_err(io::Error::other)?
         }
         // Further services are added as arms here.
         other => {

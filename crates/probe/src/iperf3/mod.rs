@@ -199,8 +199,12 @@ pub fn read_json(stream: &mut impl Read) -> io::Result<Value> {
             format!("iperf3 JSON of {len} bytes exceeds {MAX_JSON_BYTES}"),
         ));
     }
-    let mut body = vec![0u8; len as usize];
-    stream.read_exact(&mut body)?;
+    // Memory grows with the bytes that arrive, not with the length a peer announces.
+    let mut body = Vec::new();
+    stream.take(u64::from(len)).read_to_end(&mut body)?;
+    if body.len() != len as usize {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     serde_json::from_slice(&body)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad iperf3 JSON: {e}")))
 }

@@ -29,6 +29,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use super::{
     errors, read_json, results_json, state, stream_id, write_json, ClientVersion, COOKIE_BYTES,
 };
+use crate::deadline::DeadlineReader;
 use crate::throughput::engine::{
     run_streams, DataSocket, DataStream, EngineSettings, UdpSettings, UDP_HEADER_BYTES_64,
 };
@@ -398,7 +399,7 @@ impl Iperf3Server {
     fn connection(self: &Arc<Self>, mut stream: TcpStream, number: u64) -> io::Result<()> {
         stream.set_nonblocking(false)?;
         let mut cookie = [0u8; COOKIE_BYTES];
-        read_exact_within(&mut stream, &mut cookie, Instant::now() + SETUP_TIMEOUT)?;
+        DeadlineReader::new(&stream, SETUP_TIMEOUT)?.read_exact(&mut cookie)?;
         stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
         {
             let pending = self
@@ -472,7 +473,7 @@ impl Iperf3Server {
     ) -> io::Result<()> {
         control.set_nodelay(true)?;
         control.write_all(&[state::PARAM_EXCHANGE])?;
-        let params = read_json(&mut control)?;
+        let params = read_json(&mut DeadlineReader::new(&control, SETUP_TIMEOUT)?)?;
         let client = params
             .get("client_version")
             .and_then(Value::as_str)
@@ -600,7 +601,7 @@ impl Iperf3Server {
         }
         control.set_read_timeout(Some(SETUP_TIMEOUT))?;
         control.write_all(&[state::EXCHANGE_RESULTS])?;
-        let client_results = read_json(&mut control)?;
+        let client_results = read_json(&mut DeadlineReader::new(&control, SETUP_TIMEOUT)?)?;
         if !plan.udp {
             if plan.omit_s == 0 {
                 drain_in_flight(&mut run, &kept_open, &client_results, started);
@@ -763,30 +764,6 @@ impl Drop for ClearPending<'_> {
             *pending = None;
         }
     }
-}
-
-/// `read_exact` that gives up at `deadline` as a whole: a per-read timeout alone lets a
-/// client that trickles a byte at a time hold the connection (and its thread) forever.
-fn read_exact_within(
-    stream: &mut TcpStream,
-    mut buf: &mut [u8],
-    deadline: Instant,
-) -> io::Result<()> {
-    while !buf.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client did not send its cookie in time",
-            ));
-        }
-        stream.set_read_timeout(Some(left))?;
-        match stream.read(buf)? {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n => buf = &mut buf[n..],
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

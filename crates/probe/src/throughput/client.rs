@@ -167,24 +167,25 @@ pub fn run_native(spec: &ThroughputSpec) -> Result<ThroughputResult, ThroughputE
         packet_size_bytes: udp_payload,
     };
     wire::write_message(&mut control, &Message::Request(request.clone()))?;
-    let (test_id, udp_ports, max_rate_bps) = match wire::read_message(&mut control)? {
-        Message::Accepted {
-            test_id,
-            udp_ports,
-            max_rate_bps,
-        } => (test_id, udp_ports, max_rate_bps),
-        Message::Busy {
-            retry_after_s,
-            reason,
-        } => {
-            return Err(ThroughputError::Busy {
+    let (test_id, udp_ports, max_rate_bps) =
+        match wire::read_message(&mut control, wire::MAX_MESSAGE_BYTES)? {
+            Message::Accepted {
+                test_id,
+                udp_ports,
+                max_rate_bps,
+            } => (test_id, udp_ports, max_rate_bps),
+            Message::Busy {
                 retry_after_s,
                 reason,
-            })
-        }
-        Message::Refused { reason } => return Err(ThroughputError::Refused(reason)),
-        other => return Err(io::Error::other(format!("unexpected answer {other:?}")).into()),
-    };
+            } => {
+                return Err(ThroughputError::Busy {
+                    retry_after_s,
+                    reason,
+                })
+            }
+            Message::Refused { reason } => return Err(ThroughputError::Refused(reason)),
+            other => return Err(io::Error::other(format!("unexpected answer {other:?}")).into()),
+        };
     options.pacing_rate_bps =
         super::server::pacing_per_stream(spec.pacing_rate_bps, max_rate_bps, spec.streams);
 
@@ -215,7 +216,7 @@ pub fn run_native(spec: &ThroughputSpec) -> Result<ThroughputResult, ThroughputE
     }
     wire::write_message(&mut control, &Message::Ready)?;
     control.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-    match wire::read_message(&mut control)? {
+    match wire::read_message(&mut control, wire::MAX_MESSAGE_BYTES)? {
         Message::Start => {}
         other => return Err(io::Error::other(format!("expected start, got {other:?}")).into()),
     }
@@ -229,7 +230,7 @@ pub fn run_native(spec: &ThroughputSpec) -> Result<ThroughputResult, ThroughputE
     let client_run = run_streams(streams, &settings, &stop);
     wire::write_message(&mut control, &Message::End)?;
     control.set_read_timeout(Some(RECEIVE_GRACE + UDP_DRAIN + Duration::from_secs(5)))?;
-    let server_run = match wire::read_message(&mut control)? {
+    let server_run = match wire::read_message(&mut control, wire::MAX_MESSAGE_BYTES)? {
         Message::Report { run } => run,
         other => {
             return Err(io::Error::other(format!("expected the report, got {other:?}")).into())

@@ -11,6 +11,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::deadline::DeadlineReader;
 use crate::endpoint::tcp::{encode_status, parse_header, Status, PREAMBLE_LEN, PROTOCOL_VERSION};
 
 use super::engine::{run_streams, DataSocket, DataStream, EngineSettings, UdpSettings};
@@ -42,6 +43,12 @@ impl Default for ServiceLimits {
             max_rate_bps: None,
         }
     }
+}
+
+/// What a connection's setup said it is.
+enum Setup {
+    Control(Message),
+    Data { test_id: u64, stream_id: u32 },
 }
 
 struct ActiveTest {
@@ -136,18 +143,37 @@ impl ThroughputService {
         }
     }
 
-    /// Serves one connection of kind `T` after its preamble was answered `Ok`.
-    pub fn handle(self: &Arc<Self>, mut stream: TcpStream) -> io::Result<()> {
+    /// Serves one connection of kind `T` after its preamble was answered `Ok`. Its
+    /// setup (connection type, then the data header or the control request) must
+    /// arrive within [`SETUP_TIMEOUT`] in total.
+    pub fn handle(self: &Arc<Self>, stream: TcpStream) -> io::Result<()> {
         stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
-        let mut kind = [0u8; 1];
-        stream.read_exact(&mut kind)?;
-        match kind[0] {
-            wire::CONNECTION_CONTROL => self.control(stream),
-            wire::CONNECTION_DATA => {
-                let mut header = [0u8; 12];
-                stream.read_exact(&mut header)?;
-                let test_id = u64::from_be_bytes(header[..8].try_into().unwrap());
-                let stream_id = u32::from_be_bytes(header[8..].try_into().unwrap());
+        let setup = {
+            let mut reader = DeadlineReader::new(&stream, SETUP_TIMEOUT)?;
+            let mut kind = [0u8; 1];
+            reader.read_exact(&mut kind)?;
+            match kind[0] {
+                wire::CONNECTION_CONTROL => {
+                    Setup::Control(wire::read_message(&mut reader, wire::MAX_REQUEST_BYTES)?)
+                }
+                wire::CONNECTION_DATA => {
+                    let mut header = [0u8; 12];
+                    reader.read_exact(&mut header)?;
+                    Setup::Data {
+                        test_id: u64::from_be_bytes(header[..8].try_into().unwrap()),
+                        stream_id: u32::from_be_bytes(header[8..].try_into().unwrap()),
+                    }
+                }
+                other => {
+                    return Err(invalid(format!(
+                        "unknown throughput connection type 0x{other:02x}"
+                    )))
+                }
+            }
+        };
+        match setup {
+            Setup::Control(request) => self.control(stream, request),
+            Setup::Data { test_id, stream_id } => {
                 let active = self
                     .active
                     .lock()
@@ -162,9 +188,6 @@ impl ThroughputService {
                     ))),
                 }
             }
-            other => Err(invalid(format!(
-                "unknown throughput connection type 0x{other:02x}"
-            ))),
         }
     }
 
@@ -237,9 +260,9 @@ impl ThroughputService {
         Ok(())
     }
 
-    fn control(self: &Arc<Self>, mut control: TcpStream) -> io::Result<()> {
+    fn control(self: &Arc<Self>, mut control: TcpStream, request: Message) -> io::Result<()> {
         control.set_nodelay(true)?;
-        let request = match wire::read_message(&mut control)? {
+        let request = match request {
             Message::Request(request) => request,
             other => return Err(invalid(format!("expected a request, got {other:?}"))),
         };
@@ -334,7 +357,10 @@ impl ThroughputService {
                 });
             }
         }
-        match wire::read_message(&mut control)? {
+        match wire::read_message(
+            &mut DeadlineReader::new(&control, SETUP_TIMEOUT)?,
+            wire::MAX_REQUEST_BYTES,
+        )? {
             Message::Ready => {}
             other => return Err(invalid(format!("expected ready, got {other:?}"))),
         }
@@ -348,7 +374,10 @@ impl ThroughputService {
         let watcher_stop = Arc::clone(&stop);
         let udp = request.udp;
         std::thread::spawn(move || {
-            let ended = matches!(wire::read_message(&mut watcher_control), Ok(Message::End));
+            let ended = matches!(
+                wire::read_message(&mut watcher_control, wire::MAX_REQUEST_BYTES),
+                Ok(Message::End)
+            );
             // TCP receivers end at EOF, after the sender's buffered bytes arrived; UDP
             // receivers have no EOF and stop a drain time after the client's end. A
             // vanished client stops everything at once.
@@ -365,6 +394,8 @@ impl ThroughputService {
             .recv_timeout(Duration::from_millis(request.duration_ms) + RECEIVE_GRACE)
             .unwrap_or(false);
         if !ended {
+            // Wakes the watcher thread should the client hold the connection silently.
+            let _ = control.shutdown(std::net::Shutdown::Both);
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "client vanished before the end",
@@ -463,7 +494,7 @@ fn accept_udp_hello(
 
 /// Most connections a listener handles at once, each on its own thread: one test's
 /// control connection and [`MAX_STREAMS`] data streams, plus room for a few refusals.
-pub(crate) const MAX_CONNECTION_THREADS: usize = MAX_STREAMS as usize + 32;
+pub const MAX_CONNECTION_THREADS: usize = MAX_STREAMS as usize + 32;
 
 /// Accepts connections on `listener` until `stop` is set, handling each on its own
 /// thread, at most [`MAX_CONNECTION_THREADS`] at once: a connection beyond that is

@@ -21,7 +21,10 @@ use super::run::LocalRun;
 pub const KIND_THROUGHPUT: u8 = b'T';
 pub const CONNECTION_CONTROL: u8 = b'C';
 pub const CONNECTION_DATA: u8 = b'D';
+/// Largest message a client accepts (a report with every interval of every stream).
 pub const MAX_MESSAGE_BYTES: u32 = 16 * 1024 * 1024;
+/// Largest message the endpoint accepts from a client (request, ready, end).
+pub const MAX_REQUEST_BYTES: u32 = 64 * 1024;
 pub const UDP_HELLO: [u8; 4] = *b"VNTH";
 pub const UDP_HELLO_ACK: [u8; 4] = *b"VNTA";
 pub const UDP_HELLO_BYTES: usize = 16;
@@ -84,18 +87,23 @@ pub fn write_message(stream: &mut impl Write, message: &Message) -> io::Result<(
     stream.write_all(&framed)
 }
 
-pub fn read_message(stream: &mut impl Read) -> io::Result<Message> {
+/// Reads one message of at most `max_bytes`; memory grows with the bytes that
+/// actually arrive, not with the length a peer announces.
+pub fn read_message(stream: &mut impl Read, max_bytes: u32) -> io::Result<Message> {
     let mut header = [0u8; 4];
     stream.read_exact(&mut header)?;
     let len = u32::from_be_bytes(header);
-    if len > MAX_MESSAGE_BYTES {
+    if len > max_bytes {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("control message of {len} bytes exceeds {MAX_MESSAGE_BYTES}"),
+            format!("control message of {len} bytes exceeds {max_bytes}"),
         ));
     }
-    let mut body = vec![0u8; len as usize];
-    stream.read_exact(&mut body)?;
+    let mut body = Vec::new();
+    stream.take(u64::from(len)).read_to_end(&mut body)?;
+    if body.len() != len as usize {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     serde_json::from_slice(&body).map_err(|err| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -146,7 +154,7 @@ mod tests {
             },
         )
         .unwrap();
-        let back = read_message(&mut buf.as_slice()).unwrap();
+        let back = read_message(&mut buf.as_slice(), MAX_MESSAGE_BYTES).unwrap();
         assert_eq!(
             back,
             Message::Busy {
@@ -155,10 +163,17 @@ mod tests {
             }
         );
         let huge = (MAX_MESSAGE_BYTES + 1).to_be_bytes();
-        let err = read_message(&mut huge.as_slice()).unwrap_err();
+        let err = read_message(&mut huge.as_slice(), MAX_MESSAGE_BYTES).unwrap_err();
         assert!(err.to_string().contains("exceeds"));
+        let over_request_cap = (MAX_REQUEST_BYTES + 1).to_be_bytes();
+        let err = read_message(&mut over_request_cap.as_slice(), MAX_REQUEST_BYTES).unwrap_err();
+        assert!(err.to_string().contains("exceeds 65536"), "{err}");
+        // A length announced but never sent allocates nothing and ends in EOF.
+        let announced = [0x00, 0x00, 0xff, 0x00, b'{'];
+        let err = read_message(&mut announced.as_slice(), MAX_REQUEST_BYTES).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
         let garbage = [0, 0, 0, 2, b'{', b'x'];
-        let err = read_message(&mut garbage.as_slice()).unwrap_err();
+        let err = read_message(&mut garbage.as_slice(), MAX_MESSAGE_BYTES).unwrap_err();
         assert!(err.to_string().contains("bad control message"));
     }
 

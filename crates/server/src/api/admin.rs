@@ -1,19 +1,23 @@
 //! Administration: tokens and retention.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use vantage_model::control::Role;
 use vantage_model::units::parse_duration;
 
 use super::common::{parse_body, ApiError, ApiResult, AppState, Caller};
-use crate::archive::{from_us, now_us};
+use crate::archive::{from_us, now_us, token_id, TOKEN_ID_LEN};
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct NewToken {
     name: String,
     role: String,
+    /// Lifetime (e.g. `720h`); the token never expires when absent.
+    expires_in: Option<String>,
 }
 
 pub(super) async fn create_token(
@@ -29,11 +33,59 @@ pub(super) async fn create_token(
             request.role
         ))
     })?;
+    let expires_us = match &request.expires_in {
+        None => None,
+        Some(text) => {
+            let lifetime = parse_duration(text)
+                .map_err(|error| ApiError::bad_request(format!("field 'expires_in': {error}")))?;
+            if lifetime.is_zero() {
+                return Err(ApiError::bad_request(
+                    "field 'expires_in': a token must live longer than 0 s",
+                ));
+            }
+            Some(now_us().saturating_add(i64::try_from(lifetime.as_micros()).unwrap_or(i64::MAX)))
+        }
+    };
     let token = crate::new_token();
-    state.archive.add_token(&token, &request.name, role).await?;
-    Ok(Json(
-        serde_json::json!({ "token": token, "name": request.name, "role": role }),
-    ))
+    state
+        .archive
+        .add_expiring_token(&token, &request.name, role, expires_us)
+        .await?;
+    Ok(Json(serde_json::json!({
+        "token": token,
+        "id": token_id(&token),
+        "name": request.name,
+        "role": role,
+        "expires": expires_us.map(from_us),
+    })))
+}
+
+pub(super) async fn list_tokens(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[])?;
+    let tokens = state.archive.tokens().await?;
+    Ok(Json(serde_json::json!({ "tokens": tokens })))
+}
+
+/// Revokes a token by its id; it is refused from the next request on.
+pub(super) async fn revoke_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[])?;
+    if !state.archive.revoke_token(&id).await? {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no live token has id '{id}' (ids are the {TOKEN_ID_LEN} hex digits GET /api/v1/tokens lists)"
+            ),
+        ));
+    }
+    state.forget_tokens();
+    Ok(Json(serde_json::json!({ "revoked": id })))
 }
 
 #[derive(Deserialize)]

@@ -12,7 +12,7 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 use vantage_model::control::Role;
 
-use crate::archive::{to_us, ArchiveError};
+use crate::archive::{from_us, now_us, to_us, ArchiveError};
 use crate::state::ServerState;
 
 /// Largest batch one call may carry (results, app metrics).
@@ -129,11 +129,26 @@ impl FromRequestParts<AppState> for Caller {
                     "Authorization header is not 'Bearer TOKEN'",
                 )
             })?;
-        let (name, role) = state
-            .authenticate(token)
-            .await?
-            .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "unknown bearer token"))?;
-        Ok(Caller { name, role })
+        let grant = state.authenticate(token).await?.ok_or_else(|| {
+            ApiError::new(StatusCode::UNAUTHORIZED, "unknown or revoked bearer token")
+        })?;
+        if let Some(expires_us) = grant
+            .expires_us
+            .filter(|expires_us| now_us() >= *expires_us)
+        {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                format!(
+                    "token '{}' expired at {}; ask an admin for a new one",
+                    grant.name,
+                    from_us(expires_us).to_rfc3339()
+                ),
+            ));
+        }
+        Ok(Caller {
+            name: grant.name,
+            role: grant.role,
+        })
     }
 }
 

@@ -9,8 +9,9 @@ mod common;
 mod config;
 mod results;
 
+use axum::extract::State;
 use axum::http::{header, StatusCode, Uri};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 
 use crate::openapi;
@@ -23,6 +24,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/openapi.json"),
     ("get", "/metrics"),
     ("post", "/api/v1/tokens"),
+    ("get", "/api/v1/tokens"),
+    ("delete", "/api/v1/tokens/{id}"),
     ("get", "/api/v1/agents"),
     ("post", "/api/v1/agents"),
     ("post", "/api/v1/agents/{name}/heartbeat"),
@@ -42,12 +45,26 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/retention"),
 ];
 
+/// Liveness with the background tasks' states: 503 `degraded` while one is not running
+/// (it panicked and waits for its restart, or it ended).
+async fn healthz(State(state): State<AppState>) -> (StatusCode, Json<serde_json::Value>) {
+    let stopping = *state.stopping.borrow();
+    let (status, word) = if stopping {
+        (StatusCode::SERVICE_UNAVAILABLE, "stopping")
+    } else if state.tasks.all_running() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "degraded")
+    };
+    (
+        status,
+        Json(serde_json::json!({ "status": word, "tasks": state.tasks.snapshot() })),
+    )
+}
+
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route(
-            "/healthz",
-            get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
-        )
+        .route("/healthz", get(healthz))
         .route(
             "/openapi.json",
             get(|| async {
@@ -58,7 +75,11 @@ pub fn router(state: AppState) -> Router {
             }),
         )
         .route("/metrics", get(results::metrics))
-        .route("/api/v1/tokens", post(admin::create_token))
+        .route(
+            "/api/v1/tokens",
+            post(admin::create_token).get(admin::list_tokens),
+        )
+        .route("/api/v1/tokens/{id}", delete(admin::revoke_token))
         .route(
             "/api/v1/agents",
             get(agents::list_agents).post(agents::register_agent),

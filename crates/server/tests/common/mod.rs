@@ -88,6 +88,7 @@ pub fn options(db: &TestDb, planner: PlannerOptions) -> ServerOptions {
         admin_token: Some("admin-secret".into()),
         planner,
         http: vantage_server::http::HttpLimits::default(),
+        tls: None,
     }
 }
 
