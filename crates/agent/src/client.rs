@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use vantage_model::control::{
-    AgentRegistration, AssignedRun, AssignedRuns, ResultAck, ResultUpload,
+    AgentRegistration, AssignedRun, AssignedRuns, RegistrationAck, ResultAck, ResultUpload,
 };
 
 /// Why a call failed: retry later, or give up on this request.
@@ -106,14 +106,16 @@ impl ServerClient {
         }
     }
 
-    pub async fn register(&self, registration: &AgentRegistration) -> Result<(), CallError> {
+    pub async fn register(
+        &self,
+        registration: &AgentRegistration,
+    ) -> Result<RegistrationAck, CallError> {
         let request = self
             .http
             .post(format!("{}/api/v1/agents", self.base))
             .json(registration);
-        self.send::<serde_json::Value>(request, Duration::from_secs(10))
+        self.send::<RegistrationAck>(request, Duration::from_secs(10))
             .await
-            .map(drop)
     }
 
     pub async fn heartbeat(&self, name: &str) -> Result<(), CallError> {

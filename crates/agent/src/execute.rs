@@ -48,17 +48,30 @@ fn latency(spec: &Spec<'_>, target: &Target, _: &AssignedRun) -> Result<Value, S
 }
 
 fn throughput(spec: &Spec<'_>, target: &Target, run: &AssignedRun) -> Result<Value, String> {
-    let spec = kinds::throughput::engine_spec(spec, target, run.reverse).map_err(spec_error)?;
+    let mut spec = kinds::throughput::engine_spec(spec, target, run.reverse).map_err(spec_error)?;
+    spec.ticket = run.ticket.as_ref().map(|ticket| ticket.ticket.clone());
     match spec.tool {
         ThroughputTool::Native => vantage_probe::throughput::client::run_native(&spec),
-        ThroughputTool::Iperf3 => vantage_probe::iperf3::client::run_iperf3(&spec),
+        ThroughputTool::Iperf3 => {
+            // iperf3 carries no ticket: it is presented to the agent's endpoint first.
+            if let Some(ticket) = &run.ticket {
+                vantage_probe::throughput::client::present_ticket(
+                    &target.host,
+                    ticket.endpoint_port,
+                    &ticket.ticket,
+                )
+                .map_err(|error| format!("presenting the run's ticket: {error}"))?;
+            }
+            vantage_probe::iperf3::client::run_iperf3(&spec)
+        }
     }
     .map(to_json)
     .map_err(|error| error.to_string())
 }
 
 fn capacity(spec: &Spec<'_>, target: &Target, run: &AssignedRun) -> Result<Value, String> {
-    let spec = kinds::capacity::engine_spec(spec, target, run.reverse).map_err(spec_error)?;
+    let mut spec = kinds::capacity::engine_spec(spec, target, run.reverse).map_err(spec_error)?;
+    spec.ticket = run.ticket.as_ref().map(|ticket| ticket.ticket.clone());
     vantage_probe::capacity::run_capacity(&spec, &mut |_| {})
         .map(to_json)
         .map_err(|error| error.to_string())
@@ -150,6 +163,7 @@ mod tests {
             reverse: false,
             planned_start: Utc::now(),
             planned_end: Utc::now(),
+            ticket: None,
         }
     }
 

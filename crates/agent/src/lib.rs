@@ -20,7 +20,10 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::{watch, Notify};
 use vantage_model::control::{AgentRegistration, AssignedRun, ResultUpload};
+use vantage_model::ticket::TicketVerifier;
 use vantage_probe::endpoint::{Endpoint, EndpointConfig};
+use vantage_probe::source_policy::SourceLimits;
+use vantage_probe::tickets::TicketGate;
 
 use crate::client::{CallError, ServerClient};
 use crate::spool::{Spool, SpoolQuota};
@@ -138,10 +141,20 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
         &options.token,
         options.ca_cert.as_deref(),
     )?;
+    // Throughput tests at this agent's endpoint need the server's tickets; the key
+    // arrives with the registration, and until then every test is refused.
+    let tickets = Arc::new(TicketGate::new(&options.name));
     let endpoint = Endpoint::bind(EndpointConfig {
         listen: options.endpoint_listen,
         port: options.endpoint_port,
         iperf3_port: options.iperf3_port,
+        // The fleet's schedule decides how much each peer tests; an hourly quota per
+        // source would fail scheduled runs of a busy mesh.
+        sources: SourceLimits {
+            test_time_per_hour: None,
+            ..SourceLimits::default()
+        },
+        tickets: Some(Arc::clone(&tickets)),
         ..EndpointConfig::default()
     })?;
     let endpoint_port = endpoint.local_addr().port();
@@ -181,6 +194,7 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
         client,
         spool,
         registration,
+        tickets,
         spooled: Notify::new(),
         known_runs: Mutex::new(HashMap::new()),
     });
@@ -200,6 +214,8 @@ struct AgentTasks {
     client: ServerClient,
     spool: Spool,
     registration: AgentRegistration,
+    /// The endpoint's ticket check; learns the server's key at registration.
+    tickets: Arc<TicketGate>,
     /// Signalled when a new result is in the spool.
     spooled: Notify,
     /// Runs already accepted for execution, with their planned end (for pruning).
@@ -222,7 +238,12 @@ impl AgentTasks {
         let mut backoff = Backoff::new();
         loop {
             match self.client.register(&self.registration).await {
-                Ok(()) => return Ok(()),
+                Ok(ack) => {
+                    let verifier = TicketVerifier::from_hex_keys([ack.ticket_key.as_str()])
+                        .map_err(|error| anyhow::anyhow!("the server's {error}"))?;
+                    self.tickets.trust(verifier);
+                    return Ok(());
+                }
                 Err(CallError::Refused { status, message }) => {
                     anyhow::bail!(
                         "server refused registration of '{}' ({status}): {message}",

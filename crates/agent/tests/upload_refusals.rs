@@ -59,7 +59,13 @@ async fn start_stand_in(status: u16, times: u32) -> (String, Arc<StandIn>) {
     let stand_in = Arc::new(StandIn::default());
     *stand_in.refuse.lock().unwrap() = (status, times);
     let app = Router::new()
-        .route("/api/v1/agents", post(|| async { Json(json!({})) }))
+        .route(
+            "/api/v1/agents",
+            post(|| async {
+                let key = vantage_model::ticket::TicketSigner::from_secret([5; 32]);
+                Json(json!({"name": "a", "registered": true, "ticket_key": key.public_key_hex()}))
+            }),
+        )
         .route(
             "/api/v1/agents/{name}/heartbeat",
             post(|| async { Json(json!({})) }),

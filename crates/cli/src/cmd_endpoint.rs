@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use vantage_probe::endpoint::{Endpoint, EndpointConfig, DEFAULT_PORT};
+use vantage_probe::source_policy::{IpNet, SourceLimits, DEFAULT_CONNECTIONS_PER_SOURCE};
 
 #[derive(Args)]
 pub struct EndpointArgs {
@@ -31,15 +32,35 @@ pub struct EndpointArgs {
     #[arg(long)]
     no_iperf3: bool,
     /// Longest throughput test the endpoint accepts (DUR).
-    #[arg(long, value_name = "DUR", default_value = "300s", value_parser = crate::cmd_latency::duration_arg)]
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = crate::cmd_latency::duration_arg)]
     max_duration: std::time::Duration,
     /// Highest rate per direction a throughput test may use (BPS); unlimited by default.
     #[arg(long, value_name = "BPS", value_parser = rate_arg)]
     max_rate: Option<u64>,
+    /// Serve only these source networks (CIDR such as 10.0.0.0/8, or one address);
+    /// repeatable; applies to the reflector, the TCP service and the iperf3 listener.
+    /// Everyone is served when absent.
+    #[arg(long, value_name = "NET", value_parser = network_arg)]
+    allow: Vec<IpNet>,
+    /// TCP connections one source address may hold at once (0 = unlimited).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONNECTIONS_PER_SOURCE)]
+    max_connections_per_source: usize,
+    /// Throughput-test time one source address may use per hour (DUR; 0s = unlimited),
+    /// so no single client keeps the one-test-at-a-time slot to itself.
+    #[arg(long, value_name = "DUR", default_value = "30m", value_parser = crate::cmd_latency::duration_arg)]
+    source_quota: std::time::Duration,
 }
 
 fn rate_arg(input: &str) -> Result<u64, String> {
     vantage_model::units::parse_rate_bps(input).map_err(|e| e.to_string())
+}
+
+/// A network in CIDR notation, or a single address (a /32 or /128).
+fn network_arg(input: &str) -> Result<IpNet, String> {
+    input
+        .parse::<IpNet>()
+        .or_else(|_| input.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("'{input}' is neither a network (10.0.0.0/8) nor an address"))
 }
 
 pub fn run(args: EndpointArgs) -> ExitCode {
@@ -71,6 +92,11 @@ fn serve(args: EndpointArgs) -> Result<(), String> {
             throughput_limits: vantage_probe::throughput::server::ServiceLimits {
                 max_duration: args.max_duration,
                 max_rate_bps: args.max_rate,
+            },
+            sources: SourceLimits {
+                allow: args.allow.clone(),
+                connections_per_source: args.max_connections_per_source,
+                test_time_per_hour: (!args.source_quota.is_zero()).then_some(args.source_quota),
             },
             ..EndpointConfig::default()
         };

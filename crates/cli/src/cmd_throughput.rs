@@ -134,6 +134,7 @@ fn spec_from(args: &ThroughputArgs) -> ThroughputSpec {
         rate_bps: args.rate,
         packet_size_bytes: args.packet_size,
         affinity: args.affinity.clone(),
+        ticket: None,
     }
 }
 

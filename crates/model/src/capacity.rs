@@ -28,6 +28,9 @@ pub struct CapacitySpec {
     /// Measure the downlink: the target sends every TCP run and UDP probe.
     #[serde(default)]
     pub reverse: bool,
+    /// The server's ticket for a scheduled run towards an agent (never serialised).
+    #[serde(skip)]
+    pub ticket: Option<crate::ticket::TestTicket>,
 }
 
 /// One TCP bulk run of the capacity test.

@@ -78,6 +78,29 @@ pub struct AssignedRun {
     pub reverse: bool,
     pub planned_start: DateTime<Utc>,
     pub planned_end: DateTime<Utc>,
+    /// Towards another agent: the server's permission, which that agent's endpoint
+    /// requires for throughput tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<RunTicket>,
+}
+
+/// The server's answer to a registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistrationAck {
+    pub name: String,
+    pub registered: bool,
+    /// The server's Ed25519 public key (hex): the agent's endpoint serves throughput
+    /// tests only under tickets it signed.
+    pub ticket_key: String,
+}
+
+/// A run's ticket and where to present it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunTicket {
+    pub ticket: crate::ticket::TestTicket,
+    /// The server agent's endpoint port: native tests carry the ticket in their
+    /// request; before an iperf3 test the client presents it there.
+    pub endpoint_port: u16,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,5 +11,6 @@ pub mod kinds;
 pub mod latency;
 pub mod scheduling;
 pub mod throughput;
+pub mod ticket;
 pub mod trace;
 pub mod units;

@@ -65,6 +65,10 @@ pub struct ThroughputSpec {
     pub packet_size_bytes: Option<u32>,
     /// CPU cores the measuring threads were pinned to (round-robin), empty when unpinned.
     pub affinity: Vec<usize>,
+    /// The server's ticket for a scheduled run towards an agent; a credential, so
+    /// never written into results.
+    #[serde(skip)]
+    pub ticket: Option<crate::ticket::TestTicket>,
 }
 
 impl ThroughputSpec {
@@ -89,6 +93,7 @@ impl ThroughputSpec {
             rate_bps: None,
             packet_size_bytes: None,
             affinity: Vec::new(),
+            ticket: None,
         }
     }
 }

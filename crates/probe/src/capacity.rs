@@ -39,6 +39,7 @@ pub type Progress<'a> = &'a mut dyn FnMut(&str);
 fn base_spec(spec: &CapacitySpec) -> ThroughputSpec {
     let mut base = ThroughputSpec::new(&spec.target, spec.port);
     base.interval_us = 250_000;
+    base.ticket = spec.ticket.clone();
     if spec.reverse {
         base.direction = Direction::Reverse;
     }

@@ -30,15 +30,23 @@ impl Read for DeadlineReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the peer did not complete its setup messages in time",
-            ));
+            return Err(too_late());
         }
         self.stream.set_read_timeout(Some(left))?;
         let mut stream = self.stream;
-        stream.read(buf)
+        // A read timeout shows as EAGAIN on Linux; either way it is the deadline.
+        stream.read(buf).map_err(|error| match error.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => too_late(),
+            _ => error,
+        })
     }
+}
+
+fn too_late() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the peer did not complete its setup messages in time",
+    )
 }
 
 impl Drop for DeadlineReader<'_> {

@@ -255,14 +255,8 @@ fn a_trickling_throughput_client_is_cut_off_at_the_setup_deadline() {
         "the endpoint still waited for the request after {sent} trickled bytes"
     );
     // The service is free: a real test runs.
-    let port: u16 = endpoint
-        .at("127.0.0.1")
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut spec = vantage_model::throughput::ThroughputSpec::new("127.0.0.1", port);
+    let mut spec =
+        vantage_model::throughput::ThroughputSpec::new("127.0.0.1", endpoint_port(&endpoint));
     spec.duration_us = Some(500_000);
     let result = vantage_probe::throughput::client::run_native(&spec).unwrap();
     assert!(result.summary.received_bytes > 0, "{:?}", result.summary);
@@ -272,7 +266,10 @@ fn a_trickling_throughput_client_is_cut_off_at_the_setup_deadline() {
 /// `MAX_CONNECTION_THREADS` of them and answers the next connection `busy`.
 #[test]
 fn throughput_connections_beyond_the_thread_bound_are_refused_busy() {
-    let endpoint = TestEndpoint::start(None, |_| {});
+    // All from one address: the per-source cap (also 160) is lifted to reach the bound.
+    let endpoint = TestEndpoint::start(None, |config| {
+        config.sources.connections_per_source = 0;
+    });
     // Each held connection is released at the 5 s setup deadline; opening them all
     // must finish well before that for the bound to be observable. A machine too
     // loaded to open 161 loopback connections in 4 s retries (bounded).
@@ -323,6 +320,126 @@ fn throughput_connections_beyond_the_thread_bound_are_refused_busy() {
         return;
     }
     panic!("could not open {MAX_CONNECTION_THREADS} connections within 4 s in 3 attempts");
+}
+
+fn endpoint_port(endpoint: &TestEndpoint) -> u16 {
+    endpoint
+        .at("127.0.0.1")
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Whether the endpoint closed `stream` without a word (read returns end of stream
+/// or a reset) rather than answering its preamble.
+fn closed_unanswered(mut stream: TcpStream) -> bool {
+    let _ = stream.write_all(&encode_preamble(KIND_THROUGHPUT));
+    let mut status = [0u8; PREAMBLE_LEN];
+    matches!(stream.read(&mut status), Ok(0) | Err(_))
+}
+
+/// `--allow`, the per-source connection cap, the hourly test-time quota and the
+/// interval-sample cap, each tried against a running endpoint.
+#[test]
+fn source_limits_refuse_outsiders_and_spent_quotas() {
+    // Allow-list: only 127.0.0.2 is served, over UDP and TCP.
+    let endpoint = TestEndpoint::start(Some("0.0.0.0".parse().unwrap()), |config| {
+        config.sources.allow = vec!["127.0.0.2/32".parse().unwrap()];
+    });
+    let target = endpoint.at("127.0.0.1");
+    let outsider = UdpSocket::bind("127.0.0.1:0").unwrap();
+    outsider.send_to(&[0u8; 64], &target).unwrap();
+    wait_for(&endpoint.counters, "the outsider's datagram", |c| {
+        c.udp_refused_not_allowed.load(Ordering::Relaxed) == 1
+    });
+    let insider = UdpSocket::bind("127.0.0.2:0").unwrap();
+    insider
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    insider.send_to(&[0u8; 64], &target).unwrap();
+    let mut reply = [0u8; 128];
+    assert!(insider.recv(&mut reply).unwrap() >= REFLECTOR_HEADER_LEN);
+    assert!(
+        closed_unanswered(connect(&endpoint)),
+        "127.0.0.1 was served"
+    );
+    wait_for(&endpoint.counters, "the outsider's connection", |c| {
+        c.tcp_refused_source.load(Ordering::Relaxed) == 1
+    });
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(
+            &"127.0.0.2:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    socket
+        .connect(&target.parse::<std::net::SocketAddr>().unwrap().into())
+        .unwrap();
+    let mut allowed: TcpStream = socket.into();
+    allowed
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    allowed
+        .write_all(&encode_preamble(KIND_THROUGHPUT))
+        .unwrap();
+    let mut status = [0u8; PREAMBLE_LEN];
+    allowed.read_exact(&mut status).unwrap();
+    assert_eq!(status[5], Status::Ok as u8, "127.0.0.2 is served");
+    drop(endpoint);
+
+    // Test time per hour: 3 s; a 2 s test runs, the next is refused with the wait.
+    let endpoint = TestEndpoint::start(None, |config| {
+        config.sources.test_time_per_hour = Some(Duration::from_secs(3));
+    });
+    let mut spec =
+        vantage_model::throughput::ThroughputSpec::new("127.0.0.1", endpoint_port(&endpoint));
+    spec.duration_us = Some(2_000_000);
+    let first = vantage_probe::throughput::client::run_native(&spec).unwrap();
+    assert!(first.summary.received_bytes > 0);
+    let refused = vantage_probe::throughput::client::run_native(&spec)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("has used 2 s of its 3 s of test time per hour; retry in"),
+        "{refused}"
+    );
+    drop(endpoint);
+
+    // Connections per source: three held (silent), the fourth closed unanswered.
+    let endpoint = TestEndpoint::start(None, |config| {
+        config.sources.connections_per_source = 3;
+    });
+    let held: Vec<_> = (0..3).map(|_| connect(&endpoint)).collect();
+    assert!(
+        closed_unanswered(connect(&endpoint)),
+        "a fourth connection was served"
+    );
+    assert_eq!(
+        endpoint.counters.tcp_refused_source.load(Ordering::Relaxed),
+        1
+    );
+    drop(held);
+    drop(endpoint);
+
+    // Interval samples: 128 streams every 10 ms for 60 s would be 768 000.
+    let endpoint = TestEndpoint::start(None, |_| {});
+    let mut spec =
+        vantage_model::throughput::ThroughputSpec::new("127.0.0.1", endpoint_port(&endpoint));
+    spec.duration_us = Some(60_000_000);
+    spec.streams = 128;
+    spec.interval_us = 10_000;
+    let refused = vantage_probe::throughput::client::run_native(&spec)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("768000 interval samples, more than this endpoint keeps (200000)"),
+        "{refused}"
+    );
 }
 
 proptest! {

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use vantage_model::control::{AgentRegistration, AppMetric, ResultUpload, Role, RunOutcome};
+use vantage_model::ticket::TicketSigner;
 use vantage_scheduler::Claim;
 
 /// Why an archive operation failed; the message names the operation.
@@ -29,6 +30,8 @@ pub enum ArchiveError {
     },
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("the stored ticket key is unusable: {0}")]
+    TicketKey(#[from] vantage_model::ticket::TicketError),
     #[error("stored {what} is not valid JSON: {source}")]
     Json {
         what: &'static str,
@@ -369,6 +372,27 @@ impl Archive {
         .await
         .map_err(sql("storing a token"))?;
         Ok(())
+    }
+
+    /// The key test tickets are signed with, created on first use. Servers sharing the
+    /// archive race to insert it; the first row wins and all of them read it back.
+    pub async fn ticket_signer(&self) -> Result<TicketSigner, ArchiveError> {
+        let fresh = TicketSigner::from_secret(rand::random());
+        sqlx::query(
+            "INSERT INTO ticket_keys (id, secret_hex, created_us) VALUES (1, $1, $2) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(fresh.secret_hex())
+        .bind(now_us())
+        .execute(&self.pool)
+        .await
+        .map_err(sql("creating the ticket key"))?;
+        let secret_hex: String = sqlx::query("SELECT secret_hex FROM ticket_keys WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql("reading the ticket key"))?
+            .get("secret_hex");
+        Ok(TicketSigner::from_hex(&secret_hex)?)
     }
 
     /// Every token, newest first, by id (never by value), revoked ones included.

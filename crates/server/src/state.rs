@@ -31,6 +31,8 @@ pub struct ServerState {
     pub archivers: ArchiverQueue,
     /// States of the supervised background tasks, for `/healthz`.
     pub tasks: Arc<TaskHealth>,
+    /// Signs the tickets agents' endpoints require for throughput tests.
+    pub tickets: vantage_model::ticket::TicketSigner,
 }
 
 impl ServerState {
@@ -50,7 +52,9 @@ impl ServerState {
                 events: Arc::clone(&events),
             }),
         ];
+        let tickets = archive.ticket_signer().await?;
         let state = Arc::new(ServerState {
+            tickets,
             ingest: IngestPipeline::new(archive.clone(), consumers),
             archive,
             events,

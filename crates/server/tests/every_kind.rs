@@ -165,6 +165,61 @@ async fn every_kind_scenario(kind: Kind) {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+
+    // While the scheduled runs complete under their tickets, an outsider's tests
+    // against agent k2 are refused: native without a ticket or with a forged one, and
+    // iperf3 without a presented ticket.
+    let k2 = server
+        .state
+        .archive
+        .agents()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|agent| agent.registration.name == "k2")
+        .unwrap()
+        .registration;
+    let refusals = tokio::task::spawn_blocking(move || {
+        use vantage_model::throughput::{ThroughputSpec, ThroughputTool};
+        use vantage_model::ticket::{TicketClaims, TicketSigner};
+        let mut spec = ThroughputSpec::new("127.0.0.1", k2.endpoint_port);
+        spec.duration_us = Some(500_000);
+        let unticketed = vantage_probe::throughput::client::run_native(&spec)
+            .expect_err("an unticketed test is refused")
+            .to_string();
+        spec.ticket = Some(TicketSigner::from_secret([1; 32]).sign(&TicketClaims {
+            run_id: "forged".into(),
+            test: "throughput".into(),
+            client: "outsider".into(),
+            server: "k2".into(),
+            max_duration_ms: 60_000,
+            not_after_us: now_us() + 60_000_000,
+        }));
+        let forged = vantage_probe::throughput::client::run_native(&spec)
+            .expect_err("a forged ticket is refused")
+            .to_string();
+        let mut iperf3 = ThroughputSpec::new("127.0.0.1", k2.iperf3_port.unwrap());
+        iperf3.tool = ThroughputTool::Iperf3;
+        iperf3.duration_us = Some(1_000_000);
+        let unpresented = vantage_probe::iperf3::client::run_iperf3(&iperf3)
+            .expect_err("iperf3 without a presented ticket is refused")
+            .to_string();
+        [unticketed, forged, unpresented]
+    })
+    .await
+    .unwrap();
+    assert!(
+        refusals[0].contains("serves only tests with a ticket from its vantage server"),
+        "{refusals:?}"
+    );
+    assert!(
+        refusals[1].contains("signature does not verify"),
+        "{refusals:?}"
+    );
+    assert!(
+        refusals[2].contains("test authorization failed"),
+        "{refusals:?}"
+    );
     let _ = stop.send(true);
     for agent in agents {
         agent.await.unwrap().expect("agent ran without error");

@@ -131,6 +131,7 @@ pub fn engine_spec(
         tcp_streams: spec.required("tcp_streams", Spec::number_u32)?,
         packet_size_bytes: spec.required("packet_size", Spec::number_u32)?,
         reverse: spec.flag("reverse")? != reverse,
+        ticket: None,
     })
 }
 

@@ -1,9 +1,12 @@
 //! How the endpoint is set up ([`EndpointConfig`]); shared by the services it runs.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::source_policy::SourceLimits;
 use crate::throughput::server::ServiceLimits;
+use crate::tickets::TicketGate;
 
 /// The endpoint's default UDP and TCP port (vantage's own; not IANA-assigned).
 /// TWAMP-Light senders that default to 862 (RFC 8545) need `--port 7862` or the
@@ -50,6 +53,11 @@ pub struct EndpointConfig {
     pub iperf3_port: Option<u16>,
     /// Caps on throughput tests, native and iperf3 (one test at a time).
     pub throughput_limits: ServiceLimits,
+    /// Which source addresses are served, connections per address and test time per
+    /// address per hour.
+    pub sources: SourceLimits,
+    /// An agent's endpoint: throughput tests only under the server's tickets.
+    pub tickets: Option<Arc<TicketGate>>,
 }
 
 impl Default for EndpointConfig {
@@ -64,6 +72,8 @@ impl Default for EndpointConfig {
             fault_injection: None,
             iperf3_port: None,
             throughput_limits: ServiceLimits::default(),
+            sources: SourceLimits::default(),
+            tickets: None,
         }
     }
 }

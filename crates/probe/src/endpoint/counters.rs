@@ -26,11 +26,16 @@ pub struct EndpointCounters {
     pub udp_refused_reflected: AtomicU64,
     /// Requests over their source address's rate limit.
     pub udp_rate_limited: AtomicU64,
+    /// Requests from an address outside the `--allow` list.
+    pub udp_refused_not_allowed: AtomicU64,
     /// Requests or replies dropped on purpose by [`FaultInjection`](crate::endpoint::FaultInjection).
     pub udp_fault_dropped: AtomicU64,
     pub tcp_connections: AtomicU64,
     /// Connections closed at once because `max_tcp_connections` were being served.
     pub tcp_rejected_busy: AtomicU64,
+    /// Connections closed at once: the address is outside the `--allow` list or
+    /// already holds its share of connections.
+    pub tcp_refused_source: AtomicU64,
     /// Connections whose first 8 bytes were not a vantage preamble (or never came).
     pub tcp_bad_preamble: AtomicU64,
     pub tcp_unsupported_version: AtomicU64,
@@ -54,9 +59,11 @@ pub struct EndpointStats {
     pub udp_refused_short: u64,
     pub udp_refused_reflected: u64,
     pub udp_rate_limited: u64,
+    pub udp_refused_not_allowed: u64,
     pub udp_fault_dropped: u64,
     pub tcp_connections: u64,
     pub tcp_rejected_busy: u64,
+    pub tcp_refused_source: u64,
     pub tcp_bad_preamble: u64,
     pub tcp_unsupported_version: u64,
     pub tcp_unknown_kind: u64,
@@ -79,9 +86,11 @@ impl EndpointCounters {
             udp_refused_short: get(&self.udp_refused_short),
             udp_refused_reflected: get(&self.udp_refused_reflected),
             udp_rate_limited: get(&self.udp_rate_limited),
+            udp_refused_not_allowed: get(&self.udp_refused_not_allowed),
             udp_fault_dropped: get(&self.udp_fault_dropped),
             tcp_connections: get(&self.tcp_connections),
             tcp_rejected_busy: get(&self.tcp_rejected_busy),
+            tcp_refused_source: get(&self.tcp_refused_source),
             tcp_bad_preamble: get(&self.tcp_bad_preamble),
             tcp_unsupported_version: get(&self.tcp_unsupported_version),
             tcp_unknown_kind: get(&self.tcp_unknown_kind),
@@ -102,7 +111,8 @@ impl std::fmt::Display for EndpointStats {
             f,
             "udp: {} reflected, {} truncated, {} oversized, {} receive errors, {} send errors, \
              {} senders evicted, refused: {} source port, {} not unicast, {} shorter than reply, \
-             {} reflected, {} rate limited; tcp: {} connections, {} rejected busy, {} bad preamble, \
+             {} reflected, {} rate limited, {} not allowed; tcp: {} connections, {} rejected busy, \
+             {} refused by source limits, {} bad preamble, \
              {} unsupported version, {} unknown kind, {} bad frames, {} echoed frames",
             self.udp_reflected,
             self.udp_truncated,
@@ -115,8 +125,10 @@ impl std::fmt::Display for EndpointStats {
             self.udp_refused_short,
             self.udp_refused_reflected,
             self.udp_rate_limited,
+            self.udp_refused_not_allowed,
             self.tcp_connections,
             self.tcp_rejected_busy,
+            self.tcp_refused_source,
             self.tcp_bad_preamble,
             self.tcp_unsupported_version,
             self.tcp_unknown_kind,

@@ -70,8 +70,11 @@ impl Endpoint {
         // Already here, not only in run(): the kernel turns receive stamping on
         // asynchronously, and requests that arrive before it has get user stamps.
         crate::timestamp::enable_timestamping(&udp, false);
-        let throughput =
-            crate::throughput::server::ThroughputService::new(config.throughput_limits);
+        let throughput = crate::throughput::server::ThroughputService::guarded(
+            config.throughput_limits,
+            crate::source_policy::SourcePolicy::new(config.sources.clone()),
+            config.tickets.clone(),
+        );
         let iperf3 = match config.iperf3_port {
             Some(port) => Some(
                 crate::iperf3::server::Iperf3Server::bind(

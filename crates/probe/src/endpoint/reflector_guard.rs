@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use crate::source_policy::{allowed, IpNet};
 use crate::twamp::{NtpTimestamp, REFLECTOR_HEADER_LEN};
 
 /// Source ports never answered besides the reflector's own and those below 1024:
@@ -37,6 +38,7 @@ pub(crate) enum Refusal {
     Reflected,
     /// The source address sent more than its rate allows.
     RateLimited,
+    NotAllowed,
 }
 
 /// Per-source token bucket, refilled continuously.
@@ -54,6 +56,7 @@ pub(crate) struct ReflectorGuard {
     buckets: HashMap<IpAddr, Bucket>,
     /// Directed-broadcast addresses of this host's interfaces.
     broadcast_addresses: Vec<Ipv4Addr>,
+    allow: Vec<IpNet>,
 }
 
 impl ReflectorGuard {
@@ -67,7 +70,13 @@ impl ReflectorGuard {
             max_sources: max_sources.max(1),
             buckets: HashMap::new(),
             broadcast_addresses: Vec::new(),
+            allow: Vec::new(),
         }
+    }
+
+    /// Answers only sources in these networks (`vantage endpoint --allow`).
+    pub(crate) fn allow_only(&mut self, networks: Vec<IpNet>) {
+        self.allow = networks;
     }
 
     pub(crate) fn set_broadcast_addresses(&mut self, addresses: Vec<Ipv4Addr>) {
@@ -83,6 +92,9 @@ impl ReflectorGuard {
         destination: Option<IpAddr>,
         now_ns: i64,
     ) -> Result<(), Refusal> {
+        if !allowed(&self.allow, peer.ip()) {
+            return Err(Refusal::NotAllowed);
+        }
         let port = peer.port();
         if port < 1024 || port == self.own_port || REFLECTOR_PORTS.contains(&port) {
             return Err(Refusal::SourcePort);
@@ -98,7 +110,7 @@ impl ReflectorGuard {
         if looks_reflected(request, now_ns) {
             return Err(Refusal::Reflected);
         }
-        self.take_token(canonical(peer.ip()), now_ns)
+        self.take_token(peer.ip().to_canonical(), now_ns)
     }
 
     fn take_token(&mut self, source: IpAddr, now_ns: i64) -> Result<(), Refusal> {
@@ -141,19 +153,8 @@ impl ReflectorGuard {
     }
 }
 
-/// IPv4-mapped IPv6 addresses (dual-stack sockets) as the IPv4 address they carry.
-fn canonical(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    }
-}
-
 fn is_unicast(address: IpAddr, broadcast_addresses: &[Ipv4Addr]) -> bool {
-    match canonical(address) {
+    match address.to_canonical() {
         IpAddr::V4(v4) => {
             !(v4.is_unspecified()
                 || v4.is_multicast()
@@ -231,6 +232,28 @@ mod tests {
         }
         assert_eq!(
             guard.check(&request(64), peer("127.0.0.2:40000"), None, NOW_NS),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn answers_only_allowed_networks_when_given_some() {
+        let mut guard = ReflectorGuard::new(7862, 0, 16);
+        assert_eq!(
+            guard.check(&request(64), peer("192.0.2.1:40000"), None, NOW_NS),
+            Ok(())
+        );
+        guard.allow_only(vec!["10.0.0.0/8".parse().unwrap()]);
+        assert_eq!(
+            guard.check(&request(64), peer("192.0.2.1:40000"), None, NOW_NS),
+            Err(Refusal::NotAllowed)
+        );
+        assert_eq!(
+            guard.check(&request(64), peer("10.9.8.7:40000"), None, NOW_NS),
+            Ok(())
+        );
+        assert_eq!(
+            guard.check(&request(64), peer("[::ffff:10.9.8.7]:40000"), None, NOW_NS),
             Ok(())
         );
     }

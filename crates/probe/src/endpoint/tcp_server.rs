@@ -51,6 +51,15 @@ pub(super) async fn serve(
             },
         };
         bump(&counters.tcp_connections);
+        let admitted = match throughput.sources.admit(peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                tracing::debug!("{refused}; closing the connection");
+                bump(&counters.tcp_refused_source);
+                drop(stream);
+                continue;
+            }
+        };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             bump(&counters.tcp_rejected_busy);
             drop(stream);
@@ -67,6 +76,7 @@ pub(super) async fn serve(
                 tracing::debug!(%peer, "connection ended: {err}");
             }
             drop(slot);
+            drop(admitted);
         });
     }
 }

@@ -73,6 +73,7 @@ impl Reflector {
             config.max_udp_senders.max(1),
         );
         guard.set_broadcast_addresses(interface_broadcast_addresses());
+        guard.allow_only(config.sources.allow.clone());
         Ok(Self {
             socket,
             counters,
@@ -157,6 +158,7 @@ impl Reflector {
                 Refusal::ShorterThanReply => &counters.udp_refused_short,
                 Refusal::Reflected => &counters.udp_refused_reflected,
                 Refusal::RateLimited => &counters.udp_rate_limited,
+                Refusal::NotAllowed => &counters.udp_refused_not_allowed,
             });
             return;
         }

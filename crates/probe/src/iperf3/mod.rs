@@ -85,6 +85,8 @@ pub mod errors {
     pub const UDP_BLOCK_SIZE: i32 = 20;
     /// "cannot be both reverse and bidirectional".
     pub const REVERSE_BIDIR: i32 = 25;
+    /// "test authorization failed" (a client that presented no ticket to an agent).
+    pub const AUTH_TEST: i32 = 142;
     /// "total required bandwidth is larger than server limit".
     pub const TOTAL_RATE: i32 = 27;
     /// "client's requested duration exceeds the server's maximum permitted limit"
@@ -107,6 +109,7 @@ pub mod errors {
             UDP_BLOCK_SIZE => "block size invalid",
             REVERSE_BIDIR => "cannot be both reverse and bidirectional",
             TOTAL_RATE => "total required bandwidth is larger than server limit",
+            AUTH_TEST => "test authorization failed",
             MAX_SERVER_DURATION => {
                 "client's requested duration exceeds the server's maximum permitted limit"
             }

@@ -318,7 +318,16 @@ impl TestPlan {
     /// endpoint's maximum duration.
     pub fn time_bound(&self, limits: &ServiceLimits) -> Duration {
         match self.end {
-            EndCondition::Seconds(t) => Duration::from_secs(t + self.omit_s) + RECEIVE_GRACE,
+            EndCondition::Seconds(_) => self.requested_time(limits) + RECEIVE_GRACE,
+            EndCondition::Bytes(_) | EndCondition::Blocks(_) => limits.max_duration,
+        }
+    }
+
+    /// The sending time the client asked for, as charged to quotas and tickets: a
+    /// count test may take up to the endpoint's limit.
+    pub fn requested_time(&self, limits: &ServiceLimits) -> Duration {
+        match self.end {
+            EndCondition::Seconds(t) => Duration::from_secs(t + self.omit_s),
             EndCondition::Bytes(_) | EndCondition::Blocks(_) => limits.max_duration,
         }
     }
@@ -391,9 +400,14 @@ impl Iperf3Server {
     /// Serves until `stop` is set.
     pub fn serve(self: Arc<Self>, stop: Arc<AtomicBool>) -> io::Result<()> {
         let server = Arc::clone(&self);
-        accept_until_stopped(&self.tcp, &stop, "iperf3", move |stream, number| {
-            server.connection(stream, number)
-        })
+        let sources = Arc::clone(&self.service.sources);
+        accept_until_stopped(
+            &self.tcp,
+            &stop,
+            "iperf3",
+            &sources,
+            move |stream, number| server.connection(stream, number),
+        )
     }
 
     fn connection(self: &Arc<Self>, mut stream: TcpStream, number: u64) -> io::Result<()> {
@@ -501,6 +515,20 @@ impl Iperf3Server {
         };
 
         let bound = plan.time_bound(&limits);
+        let peer_ip = control.peer_addr()?.ip();
+        if let Some(gate) = &self.service.tickets {
+            if let Err(reason) = gate.admit_presented(peer_ip, plan.requested_time(&limits)) {
+                return Self::refuse(&mut control, &refusal(errors::AUTH_TEST, reason));
+            }
+        }
+        if let Err(refused) = self
+            .service
+            .sources
+            .charge(peer_ip, plan.requested_time(&limits))
+        {
+            let refused = refusal(ClientVersion::duration_refusal(client), refused.to_string());
+            return Self::refuse(&mut control, &refused);
+        }
         self.service.plan_active(bound + SETUP_TIMEOUT);
         let (sender, receiver) = mpsc::channel();
         if !plan.udp {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use vantage_model::throughput::{Direction, ThroughputProtocol, ThroughputResult, ThroughputSpec};
+use vantage_model::ticket::TestTicket;
 
 use crate::endpoint::tcp::{
     encode_preamble, parse_header, Status, MAX_MESSAGE_BYTES, PREAMBLE_LEN,
@@ -124,6 +125,29 @@ pub fn planned_duration(spec: &ThroughputSpec) -> Duration {
         .unwrap_or(Duration::from_secs(60))
 }
 
+/// Presents `ticket` to the vantage endpoint at `target`:`port` for the iperf3 test
+/// that follows against the same agent's iperf3 listener.
+pub fn present_ticket(target: &str, port: u16, ticket: &TestTicket) -> Result<(), ThroughputError> {
+    let peer = resolve(target, port)?;
+    let mut control = open_service(peer, &SocketOptions::default())?;
+    control.write_all(&[wire::CONNECTION_CONTROL])?;
+    wire::write_message(
+        &mut control,
+        &Message::Authorize {
+            ticket: ticket.clone(),
+        },
+    )?;
+    match wire::read_message(&mut control, wire::MAX_MESSAGE_BYTES)? {
+        Message::Authorized => Ok(()),
+        Message::Refused { reason } => Err(ThroughputError::Refused(reason)),
+        other => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unexpected answer to a ticket: {other:?}"),
+        )
+        .into()),
+    }
+}
+
 /// Runs a native throughput test against a vantage endpoint.
 pub fn run_native(spec: &ThroughputSpec) -> Result<ThroughputResult, ThroughputError> {
     let started_at = chrono::Utc::now();
@@ -165,6 +189,7 @@ pub fn run_native(spec: &ThroughputSpec) -> Result<ThroughputResult, ThroughputE
         dscp: spec.dscp,
         rate_bps: spec.rate_bps,
         packet_size_bytes: udp_payload,
+        ticket: spec.ticket.clone(),
     };
     wire::write_message(&mut control, &Message::Request(request.clone()))?;
     let (test_id, udp_ports, max_rate_bps) =

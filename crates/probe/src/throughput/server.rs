@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::deadline::DeadlineReader;
 use crate::endpoint::tcp::{encode_status, parse_header, Status, PREAMBLE_LEN, PROTOCOL_VERSION};
+use crate::source_policy::{SourceLimits, SourcePolicy};
+use crate::tickets::TicketGate;
 
 use super::engine::{run_streams, DataSocket, DataStream, EngineSettings, UdpSettings};
 use super::wire::{self, Message, TestRequest};
@@ -57,9 +59,17 @@ struct ActiveTest {
     data: mpsc::Sender<(u32, TcpStream)>,
 }
 
+/// Interval samples one test may ask the endpoint to keep (streams × intervals):
+/// 128 streams reporting every 200 ms for 300 s, or one stream every 10 ms for 2 000 s.
+pub const MAX_INTERVAL_SAMPLES: u64 = 200_000;
+
 /// The exclusive-test state shared by the native service and the iperf3 listener.
 pub struct ThroughputService {
     pub limits: ServiceLimits,
+    /// Who may test, and how much (shared with the endpoint's TCP accept loop).
+    pub sources: Arc<SourcePolicy>,
+    /// An agent's endpoint: the server's tickets required for every test.
+    pub tickets: Option<Arc<TicketGate>>,
     active: Mutex<Option<ActiveTest>>,
 }
 
@@ -79,9 +89,21 @@ fn invalid(message: String) -> io::Error {
 }
 
 impl ThroughputService {
+    /// A service without source limits or tickets (library use, one test driving it
+    /// directly).
     pub fn new(limits: ServiceLimits) -> Arc<Self> {
+        Self::guarded(limits, SourcePolicy::new(SourceLimits::unlimited()), None)
+    }
+
+    pub fn guarded(
+        limits: ServiceLimits,
+        sources: Arc<SourcePolicy>,
+        tickets: Option<Arc<TicketGate>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             limits,
+            sources,
+            tickets,
             active: Mutex::new(None),
         })
     }
@@ -198,9 +220,14 @@ impl ThroughputService {
         listener: TcpListener,
         stop: Arc<AtomicBool>,
     ) -> io::Result<()> {
-        accept_until_stopped(&listener, &stop, "throughput", move |stream, _| {
-            self.accept_preamble(stream)
-        })
+        let sources = Arc::clone(&self.sources);
+        accept_until_stopped(
+            &listener,
+            &stop,
+            "throughput",
+            &sources,
+            move |stream, _| self.accept_preamble(stream),
+        )
     }
 
     fn accept_preamble(self: &Arc<Self>, mut stream: TcpStream) -> io::Result<()> {
@@ -241,6 +268,20 @@ impl ThroughputService {
                 request.interval_ms
             ));
         }
+        let directions = u64::from(request.client_sends) + u64::from(request.server_sends);
+        let samples = u64::from(request.streams)
+            * directions
+            * request.duration_ms.div_ceil(request.interval_ms);
+        if samples > MAX_INTERVAL_SAMPLES {
+            return Err(format!(
+                "{} streams × {} directions × {} intervals of {} ms make {samples} interval samples, \
+                 more than this endpoint keeps ({MAX_INTERVAL_SAMPLES}); use a longer interval",
+                request.streams,
+                directions,
+                request.duration_ms.div_ceil(request.interval_ms),
+                request.interval_ms
+            ));
+        }
         if let (Some(rate), Some(max)) = (request.rate_bps, self.limits.max_rate_bps) {
             if rate > max {
                 return Err(format!(
@@ -264,11 +305,35 @@ impl ThroughputService {
         control.set_nodelay(true)?;
         let request = match request {
             Message::Request(request) => request,
+            Message::Authorize { ticket } => {
+                let presented = match &self.tickets {
+                    Some(gate) => gate.present(&ticket, control.peer_addr()?.ip()),
+                    // An endpoint without tickets serves everyone anyway.
+                    None => Ok(()),
+                };
+                let answer = match presented {
+                    Ok(()) => Message::Authorized,
+                    Err(reason) => Message::Refused { reason },
+                };
+                return wire::write_message(&mut control, &answer);
+            }
             other => return Err(invalid(format!("expected a request, got {other:?}"))),
         };
         if let Err(reason) = self.validate(&request) {
             return wire::write_message(&mut control, &Message::Refused { reason });
         }
+        // Checked before claiming, so an unticketed client is told why at once.
+        let ticket = match self
+            .tickets
+            .as_ref()
+            .map(|gate| gate.check(request.ticket.as_ref()))
+        {
+            Some(Err(reason)) => {
+                return wire::write_message(&mut control, &Message::Refused { reason })
+            }
+            Some(Ok(claims)) => Some(claims),
+            None => None,
+        };
         let duration = Duration::from_millis(request.duration_ms);
         let (test_id, data_connections) = match self.claim(duration) {
             Ok(claimed) => claimed,
@@ -284,9 +349,18 @@ impl ThroughputService {
             }
         };
         let _guard = ActiveGuard(self);
+        let peer = control.peer_addr()?;
+        if let Err(refused) = self.sources.charge(peer.ip(), duration) {
+            let reason = refused.to_string();
+            return wire::write_message(&mut control, &Message::Refused { reason });
+        }
+        if let (Some(gate), Some(claims)) = (&self.tickets, &ticket) {
+            if let Err(reason) = gate.charge(claims, duration) {
+                return wire::write_message(&mut control, &Message::Refused { reason });
+            }
+        }
         let roles = stream_roles(request.streams, request.client_sends, request.server_sends);
         let local_ip = control.local_addr()?.ip();
-        let peer = control.peer_addr()?;
         let mut udp_sockets = Vec::new();
         if request.udp {
             for _ in &roles {
@@ -497,7 +571,8 @@ fn accept_udp_hello(
 pub const MAX_CONNECTION_THREADS: usize = MAX_STREAMS as usize + 32;
 
 /// Accepts connections on `listener` until `stop` is set, handling each on its own
-/// thread, at most [`MAX_CONNECTION_THREADS`] at once: a connection beyond that is
+/// thread, at most [`MAX_CONNECTION_THREADS`] at once and as many per source as
+/// `sources` admits: a connection beyond that (or from an address not allowed) is
 /// closed at once, and a thread the system cannot start costs that connection only,
 /// never the listener. Non-blocking accept polled every 20 ms so `stop` is noticed
 /// without a wake-up connection. The handler also gets the connection's accept
@@ -507,6 +582,7 @@ pub(crate) fn accept_until_stopped<H>(
     listener: &TcpListener,
     stop: &AtomicBool,
     service_name: &'static str,
+    sources: &Arc<SourcePolicy>,
     handle: H,
 ) -> io::Result<()>
 where
@@ -524,6 +600,14 @@ where
                     drop(stream);
                     continue;
                 }
+                let admitted = match sources.admit(peer.ip()) {
+                    Ok(admitted) => admitted,
+                    Err(refused) => {
+                        tracing::info!("{service_name}: {refused}; closing the connection");
+                        drop(stream);
+                        continue;
+                    }
+                };
                 let handle = Arc::clone(&handle);
                 accepted += 1;
                 let number = accepted;
@@ -535,6 +619,7 @@ where
                         if let Err(err) = handle(stream, number) {
                             tracing::debug!(%peer, "{service_name} connection ended: {err}");
                         }
+                        drop(admitted);
                         finished.fetch_sub(1, Ordering::AcqRel);
                     });
                 if let Err(err) = spawned {

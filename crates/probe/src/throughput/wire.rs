@@ -5,7 +5,9 @@
 //!   JSON [`Message`] (at most [`MAX_MESSAGE_BYTES`]). Client: `request`; server:
 //!   `accepted` (test id, UDP ports) or `busy` (retry after) or `refused`; client opens
 //!   the data streams then sends `ready`; server: `start`; both run; client: `end`
-//!   when its side is done; server: `report` (its [`LocalRun`]).
+//!   when its side is done; server: `report` (its [`LocalRun`]). Or the client sends
+//!   `authorize` with a ticket for a test it then runs against the iperf3 listener;
+//!   the server answers `authorized` or `refused` and the connection ends.
 //! - `D`: **data** connection: test id (u64 BE) and stream id (u32 BE), then bulk data.
 //!
 //! UDP streams: the client sends a hello datagram (`VNTH`, test id, stream id) to the
@@ -15,6 +17,8 @@
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
+
+use vantage_model::ticket::TestTicket;
 
 use super::run::LocalRun;
 
@@ -51,12 +55,21 @@ pub struct TestRequest {
     /// UDP: payload bits per second per direction.
     pub rate_bps: Option<u64>,
     pub packet_size_bytes: Option<u32>,
+    /// The server's ticket; agents' endpoints serve only ticketed tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<TestTicket>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
     Request(TestRequest),
+    /// Presents a ticket for a test over another protocol (the iperf3 listener):
+    /// answered `authorized` or `refused`.
+    Authorize {
+        ticket: TestTicket,
+    },
+    Authorized,
     Accepted {
         test_id: u64,
         /// UDP: the server's port for each stream, in stream order.

@@ -13,6 +13,8 @@ use vantage_probe::endpoint::{Endpoint, EndpointConfig, EndpointCounters, Endpoi
 
 pub struct TestEndpoint {
     pub addr: SocketAddr,
+    /// The iperf3-compatible listener, when the test turned it on.
+    pub iperf3: Option<SocketAddr>,
     pub counters: Arc<EndpointCounters>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<EndpointStats>>,
@@ -29,6 +31,7 @@ impl TestEndpoint {
         tweak(&mut config);
         let endpoint = Endpoint::bind(config).expect("endpoint binds");
         let addr = endpoint.local_addr();
+        let iperf3 = endpoint.iperf3_addr();
         let counters = endpoint.counters();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -44,6 +47,7 @@ impl TestEndpoint {
         });
         Self {
             addr,
+            iperf3,
             counters,
             stop: Some(stop),
             thread: Some(thread),

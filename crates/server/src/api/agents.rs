@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
 use axum::Json;
 use serde::Deserialize;
-use vantage_model::control::{AgentRegistration, AssignedRuns, Role};
+use vantage_model::control::{AgentRegistration, AssignedRuns, RegistrationAck, Role};
 
 use super::common::{parse_body, parse_query, ApiError, ApiResult, AppState, Caller};
 use crate::archive::now_us;
@@ -26,7 +26,7 @@ pub(super) async fn register_agent(
     State(state): State<AppState>,
     caller: Caller,
     body: Bytes,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<RegistrationAck>> {
     let registration: AgentRegistration = parse_body(&body)?;
     caller.require_agent(&registration.name)?;
     if registration.name.trim().is_empty() {
@@ -40,9 +40,11 @@ pub(super) async fn register_agent(
     state.archive.register_agent(&registration).await?;
     state.refresh_agent_tags().await?;
     tracing::info!(agent = %registration.name, "agent registered");
-    Ok(Json(
-        serde_json::json!({ "name": registration.name, "registered": true }),
-    ))
+    Ok(Json(RegistrationAck {
+        name: registration.name,
+        registered: true,
+        ticket_key: state.tickets.public_key_hex(),
+    }))
 }
 
 pub(super) async fn heartbeat(
@@ -111,7 +113,7 @@ pub(super) async fn assigned_runs(
             let agents = state.archive.agents().await?;
             let assigned = runs
                 .into_iter()
-                .filter_map(|run| assign(run, &agents))
+                .filter_map(|run| assign(run, &agents, &state.tickets))
                 .collect();
             return Ok(Json(AssignedRuns { runs: assigned }));
         }
