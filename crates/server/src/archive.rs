@@ -204,6 +204,16 @@ pub struct StoredResult {
     pub result: Option<serde_json::Value>,
 }
 
+/// One queued delivery of a stored result to a file or HTTP archiver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    pub run_id: String,
+    pub archiver: String,
+    /// Failed attempts so far.
+    pub attempts: i64,
+    pub created_us: i64,
+}
+
 /// Which results a query selects; `None` fields do not filter.
 #[derive(Debug, Clone, Default)]
 pub struct ResultFilter {
@@ -983,6 +993,127 @@ impl Archive {
             .map(|row| result_from_row(row, filter.include_raw))
             .collect::<Result<Vec<_>, _>>()?;
         self.with_metrics(results).await
+    }
+
+    /// One stored result with its raw document and metrics.
+    pub async fn stored_result(&self, run_id: &str) -> Result<Option<StoredResult>, ArchiveError> {
+        let row = sqlx::query(
+            "SELECT run_id, test, client, server, start_us, end_us, outcome, error, raw \
+             FROM results WHERE run_id = $1",
+        )
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql("reading a result"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let result = result_from_row(&row, true)?;
+        Ok(self.with_metrics(vec![result]).await?.pop())
+    }
+
+    /// Queues the delivery of a stored result to each of `archivers` (once each: a
+    /// delivery already queued is left as it is).
+    pub async fn enqueue_deliveries(
+        &self,
+        run_id: &str,
+        archivers: &[String],
+    ) -> Result<(), ArchiveError> {
+        let mut transaction = self
+            .pool
+            .begin()
+            .await
+            .map_err(sql("queueing archiver deliveries"))?;
+        let now = now_us();
+        for archiver in archivers {
+            sqlx::query(
+                "INSERT INTO archiver_outbox (run_id, archiver, attempts, next_attempt_us, created_us) \
+                 VALUES ($1, $2, 0, $3, $4) ON CONFLICT (run_id, archiver) DO NOTHING",
+            )
+            .bind(run_id)
+            .bind(archiver.as_str())
+            .bind(now)
+            .bind(now)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sql("queueing archiver deliveries"))?;
+        }
+        transaction
+            .commit()
+            .await
+            .map_err(sql("queueing archiver deliveries"))
+    }
+
+    /// Deliveries due at `now_us`, oldest due first.
+    pub async fn due_deliveries(
+        &self,
+        now_us: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxEntry>, ArchiveError> {
+        let rows = sqlx::query(&format!(
+            "SELECT run_id, archiver, attempts, created_us FROM archiver_outbox \
+             WHERE next_attempt_us <= $1 ORDER BY next_attempt_us, created_us, run_id LIMIT {}",
+            limit.max(1)
+        ))
+        .bind(now_us)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading due archiver deliveries"))?;
+        Ok(rows
+            .iter()
+            .map(|row| OutboxEntry {
+                run_id: row.get("run_id"),
+                archiver: row.get("archiver"),
+                attempts: row.get("attempts"),
+                created_us: row.get("created_us"),
+            })
+            .collect())
+    }
+
+    /// Removes a delivery that succeeded or was given up.
+    pub async fn delivery_finished(
+        &self,
+        run_id: &str,
+        archiver: &str,
+    ) -> Result<(), ArchiveError> {
+        sqlx::query("DELETE FROM archiver_outbox WHERE run_id = $1 AND archiver = $2")
+            .bind(run_id)
+            .bind(archiver)
+            .execute(&self.pool)
+            .await
+            .map_err(sql("finishing an archiver delivery"))?;
+        Ok(())
+    }
+
+    /// Records a failed attempt and when to try again.
+    pub async fn delivery_failed(
+        &self,
+        entry: &OutboxEntry,
+        next_attempt_us: i64,
+        error: &str,
+    ) -> Result<(), ArchiveError> {
+        sqlx::query(
+            "UPDATE archiver_outbox SET attempts = $1, next_attempt_us = $2, last_error = $3 \
+             WHERE run_id = $4 AND archiver = $5",
+        )
+        .bind(entry.attempts + 1)
+        .bind(next_attempt_us)
+        .bind(error)
+        .bind(entry.run_id.as_str())
+        .bind(entry.archiver.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(sql("recording a failed archiver delivery"))?;
+        Ok(())
+    }
+
+    /// Deliveries waiting in the outbox.
+    pub async fn outbox_len(&self) -> Result<i64, ArchiveError> {
+        Ok(sqlx::query("SELECT COUNT(*) AS n FROM archiver_outbox")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql("counting archiver deliveries"))?
+            .get("n"))
     }
 
     /// Fills in the stored metrics of each result.

@@ -58,13 +58,13 @@ pub fn render(latest: &[StoredResult], archivers: &BTreeMap<String, DeliveryCoun
         let _ = writeln!(text, "# TYPE {family} counter");
         let _ = writeln!(
             text,
-            "# HELP {family} Results handed to file/http archivers since the server started, by outcome."
+            "# HELP {family} Deliveries to file/http archivers since the server started: delivered, failed attempts (retried), given up."
         );
         for (archiver, counts) in archivers {
             for (outcome, value) in [
                 ("delivered", counts.delivered),
                 ("failed", counts.failed),
-                ("dropped", counts.dropped),
+                ("given_up", counts.given_up),
             ] {
                 let _ = writeln!(
                     text,
@@ -107,7 +107,7 @@ mod tests {
             DeliveryCounts {
                 delivered: 3,
                 failed: 1,
-                dropped: 0,
+                given_up: 0,
             },
         )]
         .into_iter()

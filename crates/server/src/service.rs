@@ -93,7 +93,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             token
         }
     };
-    let (state, deliveries) = ServerState::new(archive).await?;
+    let state = ServerState::new(archive).await?;
     let listener = TcpListener::bind(options.listen)
         .await
         .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", options.listen))?;
@@ -108,26 +108,14 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         stopped.clone(),
         SHUTDOWN_DRAIN,
     ));
-    let deliveries = Arc::new(tokio::sync::Mutex::new(deliveries));
     let archivers = supervise(
         "archivers",
         Arc::clone(&state.tasks),
         stopped.clone(),
         FIRST_RESTART_PAUSE,
         {
-            let (archive, queue, stopped) = (
-                state.archive.clone(),
-                state.archivers.clone(),
-                stopped.clone(),
-            );
-            move || {
-                archivers::run(
-                    archive.clone(),
-                    queue.clone(),
-                    Arc::clone(&deliveries),
-                    stopped.clone(),
-                )
-            }
+            let (queue, stopped) = (state.archivers.clone(), stopped.clone());
+            move || archivers::run(queue.clone(), stopped.clone())
         },
     );
     let planner = supervise(

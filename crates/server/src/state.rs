@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use crate::archive::{Archive, ArchiveError, TokenGrant};
-use crate::archivers::{ArchiverQueue, Delivery};
+use crate::archivers::ArchiverQueue;
 use crate::events::{Event, EventBus};
 use crate::ingest::{IngestPipeline, ResultConsumer};
 use crate::path_changes::PathChanges;
@@ -36,12 +36,9 @@ pub struct ServerState {
 }
 
 impl ServerState {
-    /// The state and the receiving end of its archiver queue (for `archivers::run`).
-    pub async fn new(
-        archive: Archive,
-    ) -> Result<(Arc<ServerState>, mpsc::Receiver<Delivery>), ArchiveError> {
+    pub async fn new(archive: Archive) -> Result<Arc<ServerState>, ArchiveError> {
         let events = Arc::new(EventBus::default());
-        let (archivers, deliveries) = ArchiverQueue::new();
+        let archivers = ArchiverQueue::new(archive.clone());
         // The consumers of every newly stored result, in order; an analysis is one
         // more line here.
         let consumers: Vec<Box<dyn ResultConsumer>> = vec![
@@ -65,7 +62,7 @@ impl ServerState {
             tasks: Arc::default(),
         });
         state.refresh_agent_tags().await?;
-        Ok((state, deliveries))
+        Ok(state)
     }
 
     pub async fn refresh_agent_tags(&self) -> Result<(), ArchiveError> {

@@ -598,13 +598,9 @@ async fn mixed_metrics_on_postgres() {
     mixed_metrics_scenario(Kind::Postgres).await;
 }
 
-/// Each newly stored result reaches its task's file and HTTP archivers once; a receiver
-/// that never answers is retried, then counted as failed in /metrics.
-async fn archivers_scenario(kind: Kind) {
-    use std::sync::{Arc, Mutex};
-
-    let db = TestDb::new(kind, "archivers").await;
-    let server = common::start(&db, PlannerOptions::default()).await;
+/// A server with agents a and b registered; its admin client and agent a's client.
+async fn server_with_pair(db: &TestDb) -> (vantage_server::service::RunningServer, Api, Api) {
+    let server = common::start(db, PlannerOptions::default()).await;
     let admin = Api::new(&server.url(), &server.admin_token);
     let agent = Api::new(&server.url(), &admin.token("a", "agent").await);
     for name in ["a", "b"] {
@@ -614,23 +610,67 @@ async fn archivers_scenario(kind: Kind) {
             .await;
         assert_eq!(status, 200, "{body}");
     }
+    (server, admin, agent)
+}
 
-    // An HTTP receiver that keeps what it is sent.
-    let received: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
-    let sink = Arc::clone(&received);
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |axum::Json(body): axum::Json<serde_json::Value>| {
-            let sink = Arc::clone(&sink);
-            async move {
-                sink.lock().unwrap().push(body);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let receiver = tokio::spawn(async move { axum::serve(listener, app).await });
+/// An HTTP receiver at `url` that keeps what it is sent while `up` is true and
+/// answers 503 otherwise.
+struct HookReceiver {
+    url: String,
+    received: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl HookReceiver {
+    async fn start(up: bool) -> HookReceiver {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        let up = Arc::new(AtomicBool::new(up));
+        let received: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let (sink, is_up) = (Arc::clone(&received), Arc::clone(&up));
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |axum::Json(body): axum::Json<serde_json::Value>| {
+                let (sink, is_up) = (Arc::clone(&sink), Arc::clone(&is_up));
+                async move {
+                    if !is_up.load(Ordering::SeqCst) {
+                        return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                    }
+                    sink.lock().unwrap().push(body);
+                    axum::http::StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move { axum::serve(listener, app).await });
+        HookReceiver {
+            url,
+            received,
+            up,
+            task,
+        }
+    }
+
+    fn received(&self) -> Vec<serde_json::Value> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+impl Drop for HookReceiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Each newly stored result reaches its task's file and HTTP archivers once; a receiver
+/// that never answers counts failed attempts in /metrics (and is retried).
+async fn archivers_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "archivers").await;
+    let (server, admin, agent) = server_with_pair(&db).await;
+    let hook = HookReceiver::start(true).await;
+    let hook_url = hook.url.clone();
     // A port nobody listens on (bound, then released).
     let dead_url = {
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -705,12 +745,11 @@ async fn archivers_scenario(kind: Kind) {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["run_id"], "arch1");
     assert_eq!(lines[0]["result"]["summary"]["rtt_us"]["median"], 321.0);
-    let posted = received.lock().unwrap().clone();
     assert_eq!(
-        posted, lines,
+        hook.received(),
+        lines,
         "the file and the HTTP receiver got the same document"
     );
-    receiver.abort();
     server.shutdown().await.unwrap();
 }
 
@@ -722,6 +761,93 @@ async fn archivers_on_sqlite() {
 #[tokio::test]
 async fn archivers_on_postgres() {
     archivers_scenario(Kind::Postgres).await;
+}
+
+/// An HTTP receiver that is down (answers 503) while results arrive, across a server
+/// restart: the deliveries wait in the outbox, are retried by the restarted server once
+/// the receiver is back, and arrive exactly once each.
+async fn outbox_scenario(kind: Kind) {
+    use std::sync::atomic::Ordering;
+
+    let db = TestDb::new(kind, "outbox").await;
+    let (server, admin, agent) = server_with_pair(&db).await;
+    let hook = HookReceiver::start(false).await;
+    let hook_url = hook.url.clone();
+    let config = json!({
+        "groups": [{"name": "pair", "kind": "list", "pairs": [["a", "b"]]}],
+        "tests": [{"name": "lat", "type": "latency", "spec": {"count": 3}}],
+        "tasks": [{"name": "t", "test": "lat", "group": "pair", "every": "1h", "archivers": ["hook"]}],
+        "archivers": [{"name": "hook", "kind": "http", "url": hook_url}],
+    });
+    let (status, body) = admin.call("PUT", "/api/v1/config", Some(config)).await;
+    assert_eq!(status, 200, "{body}");
+    let start = now_us() + 1_000_000;
+    let runs = ["outbox1", "outbox2"];
+    server
+        .state
+        .archive
+        .insert_runs(&runs.map(|id| run_record(id, "a", "b", start)))
+        .await
+        .unwrap();
+    for run_id in runs {
+        let (status, ack) = agent
+            .post("/api/v1/results", upload(run_id, "a", 100.0))
+            .await;
+        assert_eq!(status, 200, "{ack}");
+    }
+    // Both deliveries tried and failed (503) before the server stops.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while server
+        .state
+        .archivers
+        .counts()
+        .get("hook")
+        .map_or(0, |c| c.failed)
+        < 2
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            server.state.archivers.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(server.state.archive.outbox_len().await.unwrap(), 2);
+    server.shutdown().await.unwrap();
+
+    // The receiver comes back; a new server on the same archive delivers.
+    hook.up.store(true, Ordering::SeqCst);
+    let server = common::start(&db, PlannerOptions::default()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while server.state.archive.outbox_len().await.unwrap() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still queued: {:?}",
+            server.state.archivers.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Nothing more arrives later (the pass after a delivery finds the outbox empty).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut delivered: Vec<String> = hook
+        .received()
+        .iter()
+        .map(|document| document["run_id"].as_str().unwrap().to_string())
+        .collect();
+    delivered.sort();
+    assert_eq!(delivered, runs, "each result exactly once");
+    assert_eq!(server.state.archivers.counts()["hook"].delivered, 2);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn archiver_deliveries_survive_a_receiver_outage_and_a_restart_on_sqlite() {
+    outbox_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn archiver_deliveries_survive_a_receiver_outage_and_a_restart_on_postgres() {
+    outbox_scenario(Kind::Postgres).await;
 }
 
 /// An archive written before metrics were stored per name (fixed metric columns)
@@ -1006,7 +1132,7 @@ async fn runs_after_the_window_scenario(kind: Kind) {
     let archive = vantage_server::archive::Archive::open(&db.url)
         .await
         .unwrap();
-    let (state, _deliveries) = vantage_server::state::ServerState::new(archive.clone())
+    let state = vantage_server::state::ServerState::new(archive.clone())
         .await
         .unwrap();
     for name in ["m1", "m2"] {
