@@ -1,9 +1,11 @@
 //! Fault tests of the control plane with real processes: `vantage server` and three
 //! `vantage agent`s measure a mesh; one agent is killed with SIGKILL mid-mesh and
-//! restarted on the same spool, and the server is stopped for several seconds and
-//! restarted on the same database. Afterwards the archive must hold every completed
-//! result exactly once, every run must have a result or a recorded reason, and the
-//! spools must be empty. Against SQLite and PostgreSQL.
+//! restarted on the same spool, and the server is killed with SIGKILL, left down for
+//! several seconds and restarted on the same database. Afterwards the archive must hold
+//! every completed result exactly once, every run must have a result or a recorded
+//! reason, and the spools must be empty. Against SQLite and PostgreSQL, and once more
+//! on a PostgreSQL cluster of the test's own that crashes (immediate shutdown) and
+//! restarts while the mesh runs.
 
 #[path = "../../server/tests/common/mod.rs"]
 mod common;
@@ -27,9 +29,14 @@ struct Proc(Child);
 
 impl Proc {
     fn spawn(args: &[&str], log: &Path) -> Proc {
+        let mut command = Command::new(vantage_bin());
+        command.args(args);
+        Proc::spawn_command(command, log)
+    }
+
+    fn spawn_command(mut command: Command, log: &Path) -> Proc {
         let log = std::fs::File::create(log).unwrap();
-        let child = Command::new(vantage_bin())
-            .args(args)
+        let child = command
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -76,14 +83,14 @@ fn free_port() -> u16 {
 
 const ADMIN: &str = "fault-admin-token";
 
-fn start_server(db: &TestDb, listen: &str, dir: &Path, generation: u32) -> Proc {
+fn start_server(database_url: &str, listen: &str, dir: &Path, generation: u32) -> Proc {
     Proc::spawn(
         &[
             "server",
             "--listen",
             listen,
             "--database",
-            &db.url,
+            database_url,
             "--admin-token",
             ADMIN,
             "--horizon",
@@ -95,26 +102,30 @@ fn start_server(db: &TestDb, listen: &str, dir: &Path, generation: u32) -> Proc 
     )
 }
 
+fn agent_args<'a>(url: &'a str, token: &'a str, name: &'a str, spool: &'a str) -> Vec<&'a str> {
+    vec![
+        "agent",
+        "--server",
+        url,
+        "--token",
+        token,
+        "--name",
+        name,
+        "--endpoint-port",
+        "0",
+        "--listen",
+        "127.0.0.1",
+        "--tag",
+        "mesh=yes",
+        "--spool",
+        spool,
+    ]
+}
+
 fn start_agent(url: &str, token: &str, name: &str, dir: &Path, generation: u32) -> Proc {
     let spool = dir.join(format!("spool-{name}"));
     Proc::spawn(
-        &[
-            "agent",
-            "--server",
-            url,
-            "--token",
-            token,
-            "--name",
-            name,
-            "--endpoint-port",
-            "0",
-            "--listen",
-            "127.0.0.1",
-            "--tag",
-            "mesh=yes",
-            "--spool",
-            spool.to_str().unwrap(),
-        ],
+        &agent_args(url, token, name, spool.to_str().unwrap()),
         &dir.join(format!("agent-{name}-{generation}.log")),
     )
 }
@@ -135,6 +146,55 @@ async fn wait_until_up(client: &reqwest::Client, url: &str) {
     panic!("server at {url} did not come up");
 }
 
+/// A new agent token named like the agent.
+async fn agent_token(http: &reqwest::Client, url: &str, name: &str) -> String {
+    let token: serde_json::Value = http
+        .post(format!("{url}/api/v1/tokens"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"name": name, "role": "agent"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    token["token"].as_str().unwrap().to_string()
+}
+
+/// `vantage config apply` of `config` as the first version.
+fn apply_config(url: &str, dir: &Path, config: serde_json::Value) {
+    let config_path = dir.join("mesh.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let applied = Command::new(vantage_bin())
+        .args(["config", "apply", config_path.to_str().unwrap()])
+        .args(["--server", url, "--token", ADMIN])
+        .output()
+        .unwrap();
+    assert!(
+        applied.status.success(),
+        "config apply: {}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert!(String::from_utf8_lossy(&applied.stdout).contains("applied as version 1"));
+}
+
+/// The last lines of every log in `dir`, for failure messages.
+fn log_tails(dir: &Path) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|ext| ext == "log") {
+            let content = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let tail: Vec<&str> = content.lines().rev().take(5).collect();
+            text.push_str(&format!(
+                "--- {}\n{}\n",
+                entry.path().display(),
+                tail.join("\n")
+            ));
+        }
+    }
+    text
+}
+
 async fn get(client: &reqwest::Client, url: &str, token: &str) -> serde_json::Value {
     let response = client.get(url).bearer_auth(token).send().await.unwrap();
     assert!(
@@ -145,30 +205,20 @@ async fn get(client: &reqwest::Client, url: &str, token: &str) -> serde_json::Va
     response.json().await.unwrap()
 }
 
-async fn faults_scenario(kind: Kind) {
-    let db = TestDb::new(kind, "faults").await;
+/// The mesh with its faults on the database at `database_url`; `crashing`, when given,
+/// is that database's own cluster, crashed and restarted after the server's restart.
+async fn faults_scenario(database_url: &str, crashing: Option<&OwnPostgres>) {
     let dir = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
     let url = format!("http://{listen}");
     let http = reqwest::Client::new();
 
-    let mut server = start_server(&db, &listen, dir.path(), 0);
+    let mut server = start_server(database_url, &listen, dir.path(), 0);
     wait_until_up(&http, &url).await;
     let names = ["f1", "f2", "f3"];
-    // One token per agent, named like it.
     let mut tokens = Vec::new();
     for name in names {
-        let token: serde_json::Value = http
-            .post(format!("{url}/api/v1/tokens"))
-            .bearer_auth(ADMIN)
-            .json(&json!({"name": name, "role": "agent"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        tokens.push(token["token"].as_str().unwrap().to_string());
+        tokens.push(agent_token(&http, &url, name).await);
     }
     let mut agents: Vec<Proc> = names
         .iter()
@@ -176,9 +226,9 @@ async fn faults_scenario(kind: Kind) {
         .map(|(name, token)| start_agent(&url, token, name, dir.path(), 0))
         .collect();
 
-    let config_path = dir.path().join("mesh.json");
-    std::fs::write(
-        &config_path,
+    apply_config(
+        &url,
+        dir.path(),
         json!({
             "groups": [{"name": "all", "kind": "mesh", "members": ["mesh=yes"]}],
             "tests": [
@@ -189,28 +239,8 @@ async fn faults_scenario(kind: Kind) {
                 {"name": "lat", "test": "rtt", "group": "all", "every": "3s", "slip": "1s"},
                 {"name": "tput", "test": "bulk", "group": "all", "every": "15s", "directions": "one"}
             ]
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let applied = Command::new(vantage_bin())
-        .args([
-            "config",
-            "apply",
-            config_path.to_str().unwrap(),
-            "--server",
-            &url,
-            "--token",
-            ADMIN,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        applied.status.success(),
-        "config apply: {}",
-        String::from_utf8_lossy(&applied.stderr)
+        }),
     );
-    assert!(String::from_utf8_lossy(&applied.stdout).contains("applied as version 1"));
 
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(7)).await;
@@ -219,13 +249,20 @@ async fn faults_scenario(kind: Kind) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     agents[0] = start_agent(&url, &tokens[0], names[0], dir.path(), 1);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // Stop the server for a while; agents keep measuring prefetched runs and spool.
-    server.stop();
+    // Kill the server and leave it down for a while; agents keep measuring prefetched
+    // runs and spool.
+    server.kill_hard();
     let outage_start = chrono::Utc::now();
     tokio::time::sleep(Duration::from_secs(6)).await;
     let outage_end = chrono::Utc::now();
-    server = start_server(&db, &listen, dir.path(), 1);
+    server = start_server(database_url, &listen, dir.path(), 1);
     wait_until_up(&http, &url).await;
+    if let Some(cluster) = crashing {
+        // The database goes away under a running server: connections drop, uploads
+        // and planning fail until it is back.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        cluster.crash_and_restart(Duration::from_secs(4));
+    }
     tokio::time::sleep(Duration::from_secs(8)).await;
     let window_end = chrono::Utc::now();
 
@@ -264,21 +301,7 @@ async fn faults_scenario(kind: Kind) {
     server.stop();
     assert!(started.elapsed() < Duration::from_secs(120));
 
-    let logs = || {
-        let mut text = String::new();
-        for entry in std::fs::read_dir(dir.path()).unwrap().flatten() {
-            if entry.path().extension().is_some_and(|ext| ext == "log") {
-                let content = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                let tail: Vec<&str> = content.lines().rev().take(5).collect();
-                text.push_str(&format!(
-                    "--- {}\n{}\n",
-                    entry.path().display(),
-                    tail.join("\n")
-                ));
-            }
-        }
-        text
-    };
+    let logs = || log_tails(dir.path());
     assert!(
         runs.len() >= 20,
         "the window planned many runs: {}",
@@ -358,10 +381,260 @@ fn spooled_runs(dir: &Path) -> Vec<String> {
 
 #[tokio::test]
 async fn faults_on_sqlite() {
-    faults_scenario(Kind::Sqlite).await;
+    let db = TestDb::new(Kind::Sqlite, "faults").await;
+    faults_scenario(&db.url, None).await;
 }
 
 #[tokio::test]
 async fn faults_on_postgres() {
-    faults_scenario(Kind::Postgres).await;
+    let db = TestDb::new(Kind::Postgres, "faults").await;
+    faults_scenario(&db.url, None).await;
+}
+
+/// An agent whose spool's file system is full uploads each result directly instead: with
+/// the server up, every run it measured has its result in the archive, exactly once.
+#[tokio::test]
+async fn a_full_spool_disk_loses_no_result_while_the_server_is_up() {
+    let db = TestDb::new(Kind::Sqlite, "full_spool").await;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let url = format!("http://{listen}");
+    let http = reqwest::Client::new();
+    let mut server = start_server(&db.url, &listen, dir.path(), 0);
+    wait_until_up(&http, &url).await;
+
+    // d1's spool is a small tmpfs mounted in a mount namespace of its own, so it goes
+    // away with the process whatever happens to the test.
+    let spool = dir.path().join("spool-d1");
+    std::fs::create_dir(&spool).unwrap();
+    let spool = spool.to_str().unwrap().to_string();
+    let token = agent_token(&http, &url, "d1").await;
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(r#"mount -t tmpfs -o size=256k vantage-test-spool "$1" && shift && exec "$@""#)
+        .args(["sh", &spool])
+        .arg(vantage_bin())
+        .args(agent_args(&url, &token, "d1", &spool));
+    let mut full_agent = Proc::spawn_command(command, &dir.path().join("agent-d1-0.log"));
+    let token = agent_token(&http, &url, "d2").await;
+    let mut other_agent = start_agent(&url, &token, "d2", dir.path(), 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&http, &format!("{url}/api/v1/agents"), ADMIN).await["agents"]
+        .as_array()
+        .map_or(0, Vec::len)
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "both agents register (the full-disk agent needs root for its mount namespace)\n{}",
+            log_tails(dir.path())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Fill d1's spool file system from inside its mount namespace.
+    let filled = Command::new("nsenter")
+        .args(["--target", &full_agent.0.id().to_string(), "--mount", "--"])
+        .args([
+            "sh",
+            "-c",
+            r#"cat /dev/zero > "$1/filler" 2>/dev/null; test -s "$1/filler""#,
+        ])
+        .args(["sh", &spool])
+        .status()
+        .unwrap();
+    assert!(filled.success(), "the spool's file system was filled");
+
+    apply_config(
+        &url,
+        dir.path(),
+        json!({
+            "groups": [{"name": "all", "kind": "mesh", "members": ["mesh=yes"]}],
+            "tests": [{"name": "rtt", "type": "latency", "spec": {"count": 5, "interval": "50ms", "timeout": "300ms"}}],
+            "tasks": [{"name": "lat", "test": "rtt", "group": "all", "every": "2s", "slip": "1s"}]
+        }),
+    );
+    // Wait for d1 to have ended three runs (the planner's first window can start late
+    // on a loaded machine), then check every run up to then.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let runs = get(&http, &format!("{url}/api/v1/runs"), ADMIN).await;
+        let ended = runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|run| run["client"] == "d1")
+            .filter(|run| run["state"] != "scheduled" && run["state"] != "dispatched")
+            .count();
+        if ended >= 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the full-disk agent ended {ended} runs in 60 s\n{}",
+            log_tails(dir.path())
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let window_end = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let runs = loop {
+        let runs = get(&http, &format!("{url}/api/v1/runs?to={window_end}"), ADMIN).await;
+        let runs = runs["runs"].as_array().unwrap().clone();
+        let open = runs
+            .iter()
+            .any(|run| run["state"] == "scheduled" || run["state"] == "dispatched");
+        if !open || Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let results = get(&http, &format!("{url}/api/v1/results?limit=100000"), ADMIN).await;
+    full_agent.stop();
+    other_agent.stop();
+    server.stop();
+
+    let full_agent_runs: Vec<&serde_json::Value> =
+        runs.iter().filter(|run| run["client"] == "d1").collect();
+    assert!(
+        full_agent_runs.len() >= 3,
+        "the full-disk agent had runs: {}",
+        full_agent_runs.len()
+    );
+    let results = results["results"].as_array().unwrap();
+    for run in full_agent_runs {
+        assert_eq!(
+            run["state"],
+            "completed",
+            "{run}\n{}",
+            log_tails(dir.path())
+        );
+        let stored = results
+            .iter()
+            .filter(|result| result["run_id"] == run["id"])
+            .count();
+        assert_eq!(stored, 1, "results stored for {run}");
+    }
+    let log = std::fs::read_to_string(dir.path().join("agent-d1-0.log")).unwrap();
+    assert!(
+        log.contains("cannot spool result, uploading it directly"),
+        "the agent said its spool is full:\n{log}"
+    );
+    assert!(!log.contains("RESULT LOST"), "{log}");
+}
+
+#[tokio::test]
+async fn faults_with_a_database_crash_on_postgres() {
+    let cluster = OwnPostgres::start();
+    faults_scenario(&cluster.url(), Some(&cluster)).await;
+}
+
+/// A PostgreSQL cluster of the test's own (initdb in a temporary directory, run as the
+/// `postgres` user on a free port), so crashing it disturbs no other test. Stopped on
+/// drop, even when the test fails.
+struct OwnPostgres {
+    dir: tempfile::TempDir,
+    port: u16,
+    bin: PathBuf,
+}
+
+impl OwnPostgres {
+    fn start() -> OwnPostgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|version| version.path().join("bin"))
+            .filter(|bin| bin.join("initdb").exists())
+            .max()
+            .expect(
+                "PostgreSQL's server programs (initdb, pg_ctl) are required in \
+                 /usr/lib/postgresql/*/bin: scripts/install-deps installs them",
+            );
+        let dir = tempfile::tempdir().unwrap();
+        let owned = Command::new("chown")
+            .args(["postgres:postgres", dir.path().to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(
+            owned.success(),
+            "this test runs its own PostgreSQL as the 'postgres' user, which needs root \
+             (chown of its data directory failed)"
+        );
+        let cluster = OwnPostgres {
+            dir,
+            port: free_port(),
+            bin,
+        };
+        cluster.as_postgres(
+            "initdb",
+            &["--auth=trust", "--username=postgres", "--no-sync", "-D"],
+            &[cluster.data_dir().as_str()],
+        );
+        cluster.pg_ctl_start();
+        cluster
+    }
+
+    fn data_dir(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Runs one of PostgreSQL's programs as the `postgres` user; panics with its output
+    /// when it fails.
+    fn as_postgres(&self, program: &str, args: &[&str], more: &[&str]) {
+        let output = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join(program))
+            .args(args)
+            .args(more)
+            .output()
+            .expect("runuser (util-linux) runs programs as the postgres user");
+        assert!(
+            output.status.success(),
+            "{program} {args:?} {more:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn pg_ctl_start(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("postgres.log").display().to_string();
+        self.as_postgres(
+            "pg_ctl",
+            &["start", "--wait", "--timeout=60", "-D"],
+            &[&self.data_dir(), "-l", &log, "-o", &options],
+        );
+    }
+
+    /// Immediate shutdown (what a crash looks like to clients: every connection drops,
+    /// recovery runs on the next start), down for `down`, then started again.
+    fn crash_and_restart(&self, down: Duration) {
+        self.as_postgres(
+            "pg_ctl",
+            &["stop", "--mode=immediate", "-D"],
+            &[&self.data_dir()],
+        );
+        std::thread::sleep(down);
+        self.pg_ctl_start();
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .args(["stop", "--mode=immediate", "-D", &self.data_dir()])
+            .output();
+    }
 }

@@ -13,7 +13,7 @@
 
 mod config;
 mod counters;
-mod reflector_guard;
+pub mod reflector_guard;
 pub mod tcp;
 mod tcp_server;
 pub mod udp;

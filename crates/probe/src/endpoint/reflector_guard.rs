@@ -25,7 +25,7 @@ const REFLECTED_WINDOW_NS: i64 = 300 * 1_000_000_000;
 
 /// Why a request was not answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// The source port is privileged, a reflector's well-known port, or our own.
     SourcePort,
     /// The source is not a unicast address, or the request was sent to a broadcast
@@ -47,7 +47,7 @@ struct Bucket {
     updated_ns: i64,
 }
 
-pub(crate) struct ReflectorGuard {
+pub struct ReflectorGuard {
     own_port: u16,
     /// Requests per second each source address may send; 0 = unlimited.
     rate_limit_pps: u32,
@@ -60,7 +60,7 @@ pub(crate) struct ReflectorGuard {
 }
 
 impl ReflectorGuard {
-    pub(crate) fn new(own_port: u16, rate_limit_pps: u32, max_sources: usize) -> Self {
+    pub fn new(own_port: u16, rate_limit_pps: u32, max_sources: usize) -> Self {
         Self {
             own_port,
             rate_limit_pps,
@@ -75,17 +75,17 @@ impl ReflectorGuard {
     }
 
     /// Answers only sources in these networks (`vantage endpoint --allow`).
-    pub(crate) fn allow_only(&mut self, networks: Vec<IpNet>) {
+    pub fn allow_only(&mut self, networks: Vec<IpNet>) {
         self.allow = networks;
     }
 
-    pub(crate) fn set_broadcast_addresses(&mut self, addresses: Vec<Ipv4Addr>) {
+    pub fn set_broadcast_addresses(&mut self, addresses: Vec<Ipv4Addr>) {
         self.broadcast_addresses = addresses;
     }
 
     /// Whether to answer `request` from `peer`, sent to `destination`, received at
     /// `now_ns` (Unix nanoseconds); `Err` says why not.
-    pub(crate) fn check(
+    pub fn check(
         &mut self,
         request: &[u8],
         peer: SocketAddr,

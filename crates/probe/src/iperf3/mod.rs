@@ -137,6 +137,14 @@ impl ClientVersion {
         Some(Self(major, minor_text[..digits].parse().ok()?))
     }
 
+    /// The version a client's parameter object names, if it names one we can read.
+    pub fn of_params(params: &Value) -> Option<Self> {
+        params
+            .get("client_version")
+            .and_then(Value::as_str)
+            .and_then(Self::parse)
+    }
+
     /// The number to send for "the test is longer than the endpoint allows": iperf3
     /// 3.20 added a message for exactly that; older clients get "test duration too
     /// long".
@@ -287,6 +295,11 @@ pub fn results_json(run: &LocalRun, udp: bool) -> Value {
     })
 }
 
+/// Longest stream time a peer's results may claim (a day; tests are bounded far below).
+const MAX_RESULT_SECONDS: f64 = 86_400.0;
+/// Largest `cpu_util_total` believed (100 % of each of 1 024 cores).
+const MAX_CPU_PERCENT: f64 = 102_400.0;
+
 /// The peer's side as a [`LocalRun`] with totals only (no interval samples), from its
 /// results object. iperf3's `cpu_util_total` (percent of one core, one thread) is
 /// carried as the CPU of its single measuring thread.
@@ -303,9 +316,11 @@ pub fn run_from_results(results: &Value, peer_sends: bool, udp: bool) -> io::Res
         .get("streams")
         .and_then(Value::as_array)
         .ok_or_else(|| bad("streams"))?;
+    // A figure outside what any host can report is the peer's error: CPU unknown.
     let cpu_percent = results
         .get("cpu_util_total")
         .and_then(Value::as_f64)
+        .filter(|percent| (0.0..=MAX_CPU_PERCENT).contains(percent))
         .unwrap_or(0.0);
     let has_retransmits = results
         .get("sender_has_retransmits")
@@ -326,6 +341,12 @@ pub fn run_from_results(results: &Value, peer_sends: bool, udp: bool) -> io::Res
             .get("end_time")
             .and_then(Value::as_f64)
             .unwrap_or(0.0);
+        if !(0.0..=MAX_RESULT_SECONDS).contains(&end_s) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("iperf3 results: stream {index} ends at {end_s} s, outside 0..={MAX_RESULT_SECONDS} s"),
+            ));
+        }
         wall_s = wall_s.max(end_s);
         let packets = stream.get("packets").and_then(Value::as_u64).unwrap_or(0);
         let errors = stream.get("errors").and_then(Value::as_u64).unwrap_or(0);
@@ -422,6 +443,20 @@ mod tests {
         .unwrap();
         assert_eq!(ok.streams[0].reported_retransmits, Some(3));
         assert!((ok.max_thread_cpu_ratio() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn results_beyond_what_a_host_can_report_are_refused_or_ignored() {
+        let stream = |end_time: f64| json!({"id": 1, "bytes": 1000, "end_time": end_time});
+        for end_time in [-1.0, 1e300] {
+            let results = json!({"streams": [stream(end_time)]});
+            let err = run_from_results(&results, true, false).unwrap_err();
+            assert!(err.to_string().contains("outside"), "{err}");
+        }
+        // An impossible CPU figure is unknown (0), not believed.
+        let results = json!({"cpu_util_total": 1e12, "streams": [stream(2.0)]});
+        let run = run_from_results(&results, true, false).unwrap();
+        assert_eq!(run.max_thread_cpu_ratio(), 0.0);
     }
 
     #[test]

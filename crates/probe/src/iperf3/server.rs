@@ -488,10 +488,7 @@ impl Iperf3Server {
         control.set_nodelay(true)?;
         control.write_all(&[state::PARAM_EXCHANGE])?;
         let params = read_json(&mut DeadlineReader::new(&control, SETUP_TIMEOUT)?)?;
-        let client = params
-            .get("client_version")
-            .and_then(Value::as_str)
-            .and_then(ClientVersion::parse);
+        let client = ClientVersion::of_params(&params);
         let limits = self.service.limits;
         let plan = match TestPlan::from_params(&params, &limits, client) {
             Ok(plan) => plan,

@@ -244,7 +244,8 @@ impl ThroughputService {
         }
     }
 
-    fn validate(&self, request: &TestRequest) -> Result<(), String> {
+    /// Checks a request against the endpoint's limits; `Err` says what is out of bounds.
+    pub fn check_request(&self, request: &TestRequest) -> Result<(), String> {
         if request.streams == 0 || request.streams > MAX_STREAMS {
             return Err(format!(
                 "streams must be 1..={MAX_STREAMS}, got {}",
@@ -319,7 +320,7 @@ impl ThroughputService {
             }
             other => return Err(invalid(format!("expected a request, got {other:?}"))),
         };
-        if let Err(reason) = self.validate(&request) {
+        if let Err(reason) = self.check_request(&request) {
             return wire::write_message(&mut control, &Message::Refused { reason });
         }
         // Checked before claiming, so an unticketed client is told why at once.

@@ -1,0 +1,32 @@
+//! Measurement configurations as `vantage config apply` reads files (TOML or JSON) and
+//! the server re-reads the JSON it stored.
+//!
+//! Properties: any text parses or is refused with the path of the bad field; validation
+//! reports at least one problem when it refuses; a configuration that validates still
+//! does after the server stores it as JSON and reads it back.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use vantage_model::config::{parse_config, validate, ConfigFormat, MeasurementConfig};
+
+fuzz_target!(|bytes: &[u8]| {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    for format in [ConfigFormat::Toml, ConfigFormat::Json] {
+        let Ok(config) = parse_config(text, format) else {
+            continue;
+        };
+        match validate(&config) {
+            Ok(_) => {
+                let stored = serde_json::to_value(&config).expect("a configuration serialises");
+                let read_back: MeasurementConfig =
+                    serde_json::from_value(stored).expect("the stored document parses");
+                if let Err(errors) = validate(&read_back) {
+                    panic!("valid until stored as JSON: {errors:?}");
+                }
+            }
+            Err(errors) => assert!(!errors.is_empty(), "refused without a reason"),
+        }
+    }
+});
