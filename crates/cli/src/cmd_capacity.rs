@@ -40,6 +40,10 @@ pub struct CapacityArgs {
     /// Measure the downlink: the target sends every TCP run and UDP probe.
     #[arg(long, short = 'R')]
     reverse: bool,
+    /// Ticket for an endpoint that requires one (`vantage endpoint --authorized-keys`),
+    /// as `vantage ticket issue` wrote it; it must cover every run of the method.
+    #[arg(long, value_name = "FILE", value_parser = crate::cmd_ticket::ticket_file_arg)]
+    ticket: Option<vantage_model::ticket::TestTicket>,
     /// Print one JSON document (docs/json-schema.md) instead of text.
     #[arg(long)]
     json: bool,
@@ -62,6 +66,7 @@ pub fn run(args: CapacityArgs) -> ExitCode {
     spec.tcp_streams = args.streams;
     spec.packet_size_bytes = args.packet_size;
     spec.reverse = args.reverse;
+    spec.ticket = args.ticket.clone();
     let quiet = args.json;
     let result = run_capacity(&spec, &mut |step: &str| {
         if !quiet {

@@ -4,8 +4,10 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 use clap::Args;
+use vantage_model::ticket::TicketVerifier;
 use vantage_probe::endpoint::{Endpoint, EndpointConfig, DEFAULT_PORT};
 use vantage_probe::source_policy::{IpNet, SourceLimits, DEFAULT_CONNECTIONS_PER_SOURCE};
+use vantage_probe::tickets::TicketGate;
 
 #[derive(Args)]
 pub struct EndpointArgs {
@@ -49,6 +51,31 @@ pub struct EndpointArgs {
     /// so no single client keeps the one-test-at-a-time slot to itself.
     #[arg(long, value_name = "DUR", default_value = "30m", value_parser = crate::cmd_latency::duration_arg)]
     source_quota: std::time::Duration,
+    /// Serve throughput, capacity and iperf3 tests only under a ticket signed by one of
+    /// the public keys in FILE (one per line, `#` comments; `vantage ticket key` makes
+    /// keys, `vantage ticket issue` tickets). Latency probes stay open to all.
+    #[arg(long, value_name = "FILE", requires = "name")]
+    authorized_keys: Option<std::path::PathBuf>,
+    /// This endpoint's name, which tickets must carry (with --authorized-keys).
+    #[arg(long, value_name = "NAME", requires = "authorized_keys")]
+    name: Option<String>,
+}
+
+/// The ticket gate of `--authorized-keys FILE --name NAME`.
+fn ticket_gate(args: &EndpointArgs) -> Result<Option<TicketGate>, String> {
+    let (Some(path), Some(name)) = (&args.authorized_keys, &args.name) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    let verifier = TicketVerifier::from_authorized_keys(&text)
+        .map_err(|err| format!("{}: {err}", path.display()))?;
+    println!(
+        "throughput tests need a ticket for '{name}' signed by one of the {} key(s) in {}",
+        verifier.key_count(),
+        path.display()
+    );
+    Ok(Some(TicketGate::standalone(name, verifier)))
 }
 
 fn rate_arg(input: &str) -> Result<u64, String> {
@@ -78,6 +105,7 @@ pub fn run(args: EndpointArgs) -> ExitCode {
 fn serve(args: EndpointArgs) -> Result<(), String> {
     let runtime =
         tokio::runtime::Runtime::new().map_err(|e| format!("cannot start runtime: {e}"))?;
+    let tickets = ticket_gate(&args)?.map(std::sync::Arc::new);
     runtime.block_on(async {
         let config = EndpointConfig {
             listen: args.listen,
@@ -98,6 +126,7 @@ fn serve(args: EndpointArgs) -> Result<(), String> {
                 connections_per_source: args.max_connections_per_source,
                 test_time_per_hour: (!args.source_quota.is_zero()).then_some(args.source_quota),
             },
+            tickets,
             ..EndpointConfig::default()
         };
         let endpoint = match Endpoint::bind(config.clone()) {

@@ -10,6 +10,7 @@ use vantage_model::throughput::{
     Direction, ThroughputProtocol, ThroughputResult, ThroughputSpec, ThroughputSummary,
     ThroughputTool,
 };
+use vantage_model::ticket::TestTicket;
 use vantage_model::units::{format_rate_bps, parse_bytes, parse_rate_bps};
 use vantage_probe::endpoint::DEFAULT_PORT;
 use vantage_probe::iperf3::IPERF3_DEFAULT_PORT;
@@ -82,6 +83,14 @@ pub struct ThroughputArgs {
     /// Protocol spoken to the target.
     #[arg(long, value_enum, default_value = "native")]
     tool: ToolArg,
+    /// Ticket for an endpoint that requires one (`vantage endpoint --authorized-keys`),
+    /// as `vantage ticket issue` wrote it. With --tool iperf3 it is presented to the
+    /// endpoint's vantage port (--ticket-port) before the test.
+    #[arg(long, value_name = "FILE", value_parser = crate::cmd_ticket::ticket_file_arg)]
+    ticket: Option<TestTicket>,
+    /// The endpoint's vantage port, where --ticket is presented for an iperf3 test.
+    #[arg(long, value_name = "P", default_value_t = DEFAULT_PORT, requires = "ticket")]
+    ticket_port: u16,
     /// Print one JSON document (docs/json-schema.md) instead of text.
     #[arg(long)]
     json: bool,
@@ -134,7 +143,11 @@ fn spec_from(args: &ThroughputArgs) -> ThroughputSpec {
         rate_bps: args.rate,
         packet_size_bytes: args.packet_size,
         affinity: args.affinity.clone(),
-        ticket: None,
+        // iperf3 has no field for it: it is presented first (run).
+        ticket: args
+            .ticket
+            .clone()
+            .filter(|_| tool == ThroughputTool::Native),
     }
 }
 
@@ -170,7 +183,15 @@ pub fn run(args: ThroughputArgs) -> ExitCode {
     });
     let result = match spec.tool {
         ThroughputTool::Native => vantage_probe::throughput::client::run_native(&spec),
-        ThroughputTool::Iperf3 => vantage_probe::iperf3::client::run_iperf3(&spec),
+        ThroughputTool::Iperf3 => match &args.ticket {
+            Some(ticket) => vantage_probe::throughput::client::present_ticket(
+                &spec.target,
+                args.ticket_port,
+                ticket,
+            )
+            .and_then(|()| vantage_probe::iperf3::client::run_iperf3(&spec)),
+            None => vantage_probe::iperf3::client::run_iperf3(&spec),
+        },
     };
     if let Some(bar) = bar {
         bar.finish_and_clear();

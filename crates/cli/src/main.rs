@@ -10,6 +10,7 @@ mod cmd_latency;
 mod cmd_sandwich;
 mod cmd_server;
 mod cmd_throughput;
+mod cmd_ticket;
 mod cmd_trace;
 mod daemon;
 
@@ -51,6 +52,8 @@ enum Command {
     Trace(cmd_trace::TraceArgs),
     /// Server, three agents and a small mesh on this machine, with a live summary.
     Demo(cmd_demo::DemoArgs),
+    /// Signing keys and test tickets for standalone endpoints (`vantage endpoint --authorized-keys`).
+    Ticket(cmd_ticket::TicketArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -67,6 +70,7 @@ fn main() -> std::process::ExitCode {
         Command::Config(args) => cmd_config::run(args),
         Command::Trace(args) => cmd_trace::run(args),
         Command::Demo(args) => cmd_demo::run(args),
+        Command::Ticket(args) => cmd_ticket::run(args),
     }
 }
 

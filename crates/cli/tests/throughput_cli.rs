@@ -32,6 +32,11 @@ fn port_of(line: &str) -> u16 {
 
 impl Endpoint {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Started with `extra` options, once it says where it listens.
+    fn start_with(extra: &[&str]) -> Self {
         let mut child = Command::new(vantage())
             .args([
                 "endpoint",
@@ -42,13 +47,21 @@ impl Endpoint {
                 "--iperf3-port",
                 "0",
             ])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("vantage binary");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let port = port_of(&lines.next().unwrap().unwrap());
-        let iperf3_port = port_of(&lines.next().unwrap().unwrap());
+        let mut lines = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .map(Result::unwrap);
+        let mut line_with = |text: &str| {
+            lines
+                .find(|line| line.contains(text))
+                .unwrap_or_else(|| panic!("the endpoint never said '{text}'"))
+        };
+        let port = port_of(&line_with("vantage endpoint listening on"));
+        let iperf3_port = port_of(&line_with("iperf3-compatible listener on"));
         Endpoint {
             child,
             port,
@@ -229,4 +242,188 @@ fn bad_arguments_and_unreachable_targets_fail_with_one_line() {
         .output()
         .unwrap();
     assert!(!output.status.success());
+}
+
+/// `vantage` with `args`: (success, stdout, stderr).
+fn run(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(vantage()).args(args).output().unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `vantage ticket issue` with `key` for `endpoint`, written to `out`.
+fn issue_ticket(key: &std::path::Path, endpoint: &str, test_time: &str, out: &std::path::Path) {
+    let (ok, ticket, stderr) = run(&[
+        "ticket",
+        "issue",
+        "--key",
+        key.to_str().unwrap(),
+        "--endpoint",
+        endpoint,
+        "--test-time",
+        test_time,
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains(&format!("ticket for endpoint '{endpoint}'")),
+        "{stderr}"
+    );
+    std::fs::write(out, ticket).unwrap();
+}
+
+#[test]
+fn a_standalone_endpoint_serves_throughput_only_under_its_tickets() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let text = |name: &str| path(name).to_str().unwrap().to_string();
+
+    // A key: the secret in a file only its owner reads, the public key on stdout.
+    let (ok, public_key, stderr) = run(&["ticket", "key", "--out", &text("lab.key")]);
+    assert!(ok, "{stderr}");
+    let public_key = public_key.trim().to_string();
+    assert_eq!(public_key.len(), 64, "{public_key}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path("lab.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (ok, _, stderr) = run(&["ticket", "key", "--out", &text("lab.key")]);
+    assert!(
+        !ok && stderr.contains("exists; a key is never overwritten"),
+        "{stderr}"
+    );
+    let (ok, _, _) = run(&["ticket", "key", "--out", &text("other.key")]);
+    assert!(ok);
+    std::fs::write(
+        path("authorized_keys"),
+        format!("# the lab's signer\n{public_key}\n"),
+    )
+    .unwrap();
+
+    // Bad configurations are refused before anything listens.
+    std::fs::write(path("bad_keys"), format!("{public_key}\nabcd\n")).unwrap();
+    let (ok, _, stderr) = run(&[
+        "endpoint",
+        "--port",
+        "0",
+        "--authorized-keys",
+        &text("bad_keys"),
+        "--name",
+        "ep1",
+    ]);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("line 2: public key has 2 bytes, expected 32"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = run(&["endpoint", "--port", "0", "--name", "ep1"]);
+    assert!(!ok && stderr.contains("--authorized-keys"), "{stderr}");
+
+    let endpoint = Endpoint::start_with(&[
+        "--authorized-keys",
+        &text("authorized_keys"),
+        "--name",
+        "ep1",
+    ]);
+    let port = endpoint.port.to_string();
+    let iperf3_port = endpoint.iperf3_port.to_string();
+    let native = |ticket: Option<&str>| {
+        let mut args = vec!["throughput", "127.0.0.1", "-p", &port, "-t", "1s", "--json"];
+        if let Some(ticket) = ticket {
+            args.extend(["--ticket", ticket]);
+        }
+        run(&args)
+    };
+
+    let (ok, _, stderr) = native(None);
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "standalone endpoint 'ep1' serves throughput tests only with a ticket from a key in its --authorized-keys"
+        ),
+        "{stderr}"
+    );
+    // Latency probes need no ticket.
+    let (ok, _, stderr) = run(&[
+        "latency",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--count",
+        "3",
+        "--interval",
+        "20ms",
+    ]);
+    assert!(ok, "{stderr}");
+
+    // A ticket covering 2.5 s: a 1 s native test, a 1 s iperf3 test, then no more.
+    issue_ticket(&path("lab.key"), "ep1", "2500ms", &path("ticket.json"));
+    let (ok, stdout, stderr) = native(Some(&text("ticket.json")));
+    assert!(ok, "{stderr}");
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(result["summary"]["received_bps"].as_f64().unwrap() > 0.0);
+    let iperf3 = |ticket: Option<&str>| {
+        let mut args = vec![
+            "throughput",
+            "127.0.0.1",
+            "-p",
+            &iperf3_port,
+            "--tool",
+            "iperf3",
+            "-t",
+            "1s",
+        ];
+        if let Some(ticket) = ticket {
+            args.extend(["--ticket", ticket, "--ticket-port", &port]);
+        }
+        run(&args)
+    };
+    let (ok, _, stderr) = iperf3(Some(&text("ticket.json")));
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = native(Some(&text("ticket.json")));
+    assert!(!ok);
+    assert!(
+        stderr.contains("has used 2000 ms of the 2500 ms its ticket covers"),
+        "{stderr}"
+    );
+
+    // An iperf3 client that presented no ticket gets iperf3's own refusal (stock
+    // `iperf3 -c` too: probe tests/tickets.rs).
+    let (ok, _, stderr) = iperf3(None);
+    assert!(
+        !ok && stderr.contains("test authorization failed"),
+        "{stderr}"
+    );
+
+    // Tickets for another endpoint, or signed by a key it does not trust, are refused.
+    issue_ticket(&path("lab.key"), "ep2", "10s", &path("ep2.json"));
+    let (ok, _, stderr) = native(Some(&text("ep2.json")));
+    assert!(!ok);
+    assert!(
+        stderr.contains("the ticket is for 'ep2', not for standalone endpoint 'ep1'"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = iperf3(Some(&text("ep2.json")));
+    assert!(
+        !ok && stderr.contains("the ticket is for 'ep2'"),
+        "{stderr}"
+    );
+    issue_ticket(&path("other.key"), "ep1", "10s", &path("foreign.json"));
+    let (ok, _, stderr) = native(Some(&text("foreign.json")));
+    assert!(
+        !ok && stderr.contains("signature does not verify"),
+        "{stderr}"
+    );
+
+    // A file that is not a ticket is refused by the argument parser.
+    std::fs::write(path("garbage.json"), "{\"claims\": 1}").unwrap();
+    let (ok, _, stderr) = native(Some(&text("garbage.json")));
+    assert!(
+        !ok && stderr.contains("not a ticket as `vantage ticket issue` writes it"),
+        "{stderr}"
+    );
 }

@@ -106,6 +106,34 @@ impl TicketVerifier {
         Ok(Self { keys })
     }
 
+    /// The keys of an authorized-keys file (`vantage endpoint --authorized-keys`): one
+    /// hex public key per line; blank lines and `#` comments are ignored. An error names
+    /// the line.
+    pub fn from_authorized_keys(text: &str) -> Result<Self, TicketError> {
+        let mut keys = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            let key = line.split('#').next().unwrap_or("").trim();
+            if key.is_empty() {
+                continue;
+            }
+            let verifier = Self::from_hex_keys([key]).map_err(|err| match err {
+                TicketError::BadKey(message) => {
+                    TicketError::BadKey(format!("line {}: {message}", index + 1))
+                }
+                other => other,
+            })?;
+            keys.extend(verifier.keys);
+        }
+        if keys.is_empty() {
+            return Err(TicketError::BadKey("no public key in the file".into()));
+        }
+        Ok(Self { keys })
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+
     /// The claims of `ticket` when a trusted key signed it and it has not expired at
     /// `now_us`.
     pub fn verify(&self, ticket: &TestTicket, now_us: i64) -> Result<TicketClaims, TicketError> {
@@ -194,6 +222,26 @@ mod tests {
 
     fn signer_foreign() -> TicketSigner {
         signer(9)
+    }
+
+    #[test]
+    fn authorized_keys_files_skip_comments_and_name_bad_lines() {
+        let first = signer(7).public_key_hex();
+        let second = signer_foreign().public_key_hex();
+        let text = format!("# lab signer\n{first}\n\n  {second}  # rotated in 2026-11\n");
+        let verifier = TicketVerifier::from_authorized_keys(&text).unwrap();
+        assert!(verifier.verify(&signer(7).sign(&claims()), 0).is_ok());
+        assert!(verifier
+            .verify(&signer_foreign().sign(&claims()), 0)
+            .is_ok());
+        assert_eq!(
+            TicketVerifier::from_authorized_keys(&format!("{first}\nabcd\n")).unwrap_err(),
+            TicketError::BadKey("line 2: public key has 2 bytes, expected 32".into())
+        );
+        assert_eq!(
+            TicketVerifier::from_authorized_keys("# nothing yet\n").unwrap_err(),
+            TicketError::BadKey("no public key in the file".into())
+        );
     }
 
     #[test]

@@ -35,7 +35,11 @@ struct GateState {
 /// Which tickets the endpoint accepts, and what each run has used.
 #[derive(Debug)]
 pub struct TicketGate {
-    agent: String,
+    /// The name tickets must carry as their `server`.
+    name: String,
+    /// The endpoint and the issuer it trusts, as refusals name them.
+    label: String,
+    issuer: &'static str,
     verifier: RwLock<Option<TicketVerifier>>,
     state: Mutex<GateState>,
 }
@@ -49,8 +53,22 @@ impl TicketGate {
     /// [`TicketGate::trust`] gives it the server's key.
     pub fn new(agent: &str) -> Self {
         Self {
-            agent: agent.to_string(),
+            name: agent.to_string(),
+            label: format!("agent '{agent}'"),
+            issuer: "its vantage server",
             verifier: RwLock::new(None),
+            state: Mutex::new(GateState::default()),
+        }
+    }
+
+    /// A gate for a standalone endpoint named `name` (`vantage endpoint --name`) that
+    /// accepts tickets signed by the keys of its authorized-keys file.
+    pub fn standalone(name: &str, verifier: TicketVerifier) -> Self {
+        Self {
+            name: name.to_string(),
+            label: format!("standalone endpoint '{name}'"),
+            issuer: "a key in its --authorized-keys",
+            verifier: RwLock::new(Some(verifier)),
             state: Mutex::new(GateState::default()),
         }
     }
@@ -68,8 +86,8 @@ impl TicketGate {
     pub fn check(&self, ticket: Option<&TestTicket>) -> Result<TicketClaims, String> {
         let ticket = ticket.ok_or_else(|| {
             format!(
-                "the endpoint of agent '{}' serves only tests with a ticket from its vantage server",
-                self.agent
+                "{} serves throughput tests only with a ticket from {}",
+                self.label, self.issuer
             )
         })?;
         let claims = {
@@ -78,19 +96,16 @@ impl TicketGate {
                 .read()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             let verifier = verifier.as_ref().ok_or_else(|| {
-                format!(
-                    "agent '{}' has not yet learnt its server's ticket key",
-                    self.agent
-                )
+                format!("{} has not yet learnt its server's ticket key", self.label)
             })?;
             verifier
                 .verify(ticket, now_us())
                 .map_err(|err| err.to_string())?
         };
-        if claims.server != self.agent {
+        if claims.server != self.name {
             return Err(format!(
-                "the ticket is for agent '{}', this is '{}'",
-                claims.server, self.agent
+                "the ticket is for '{}', not for {}",
+                claims.server, self.label
             ));
         }
         if !THROUGHPUT_KINDS.contains(&claims.test.as_str()) {
@@ -154,9 +169,9 @@ impl TicketGate {
         let presented = self.lock().presented.remove(&peer.to_canonical());
         let Some(Presented { claims }) = presented else {
             return Err(format!(
-                "the iperf3 listener of agent '{}' serves only clients that presented a ticket \
-                 from its vantage server first",
-                self.agent
+                "{} serves iperf3 clients only after they present a ticket from {} \
+                 (vantage throughput --tool iperf3 --ticket FILE presents it)",
+                self.label, self.issuer
             ));
         };
         if now_us() > claims.not_after_us {
@@ -213,7 +228,7 @@ mod tests {
         assert!(gate
             .check(None)
             .unwrap_err()
-            .contains("serves only tests with a ticket"));
+            .contains("agent 'b' serves throughput tests only with a ticket"));
         assert!(gate.check(Some(&ticket)).is_ok());
     }
 
@@ -223,7 +238,7 @@ mod tests {
         let for_c = signer().sign(&claims("c", "throughput", 5_000));
         assert_eq!(
             gate.check(Some(&for_c)).unwrap_err(),
-            "the ticket is for agent 'c', this is 'b'"
+            "the ticket is for 'c', not for agent 'b'"
         );
         let latency = signer().sign(&claims("b", "latency", 5_000));
         assert!(gate

@@ -209,7 +209,7 @@ async fn every_kind_scenario(kind: Kind) {
     .await
     .unwrap();
     assert!(
-        refusals[0].contains("serves only tests with a ticket from its vantage server"),
+        refusals[0].contains("serves throughput tests only with a ticket from its vantage server"),
         "{refusals:?}"
     );
     assert!(
