@@ -1,8 +1,8 @@
 //! Measurement configurations as `vantage config apply` reads files (TOML or JSON) and
 //! the server re-reads the JSON it stored.
 //!
-//! Properties: any text parses or is refused with the path of the bad field; validation
-//! reports at least one problem when it refuses; a configuration that validates still
+//! Properties: any text parses or is refused without a panic; validation reports at
+//! least one problem when it refuses; a configuration that validates still
 //! does after the server stores it as JSON and reads it back.
 #![no_main]
 

@@ -103,9 +103,9 @@ pub fn run(args: EndpointArgs) -> ExitCode {
 }
 
 fn serve(args: EndpointArgs) -> Result<(), String> {
+    let tickets = ticket_gate(&args)?.map(std::sync::Arc::new);
     let runtime =
         tokio::runtime::Runtime::new().map_err(|e| format!("cannot start runtime: {e}"))?;
-    let tickets = ticket_gate(&args)?.map(std::sync::Arc::new);
     runtime.block_on(async {
         let config = EndpointConfig {
             listen: args.listen,

@@ -183,15 +183,17 @@ pub fn run(args: ThroughputArgs) -> ExitCode {
     });
     let result = match spec.tool {
         ThroughputTool::Native => vantage_probe::throughput::client::run_native(&spec),
-        ThroughputTool::Iperf3 => match &args.ticket {
-            Some(ticket) => vantage_probe::throughput::client::present_ticket(
-                &spec.target,
-                args.ticket_port,
-                ticket,
-            )
+        ThroughputTool::Iperf3 => args
+            .ticket
+            .as_ref()
+            .map_or(Ok(()), |ticket| {
+                vantage_probe::throughput::client::present_ticket(
+                    &spec.target,
+                    args.ticket_port,
+                    ticket,
+                )
+            })
             .and_then(|()| vantage_probe::iperf3::client::run_iperf3(&spec)),
-            None => vantage_probe::iperf3::client::run_iperf3(&spec),
-        },
     };
     if let Some(bar) = bar {
         bar.finish_and_clear();

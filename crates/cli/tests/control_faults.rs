@@ -195,6 +195,11 @@ fn log_tails(dir: &Path) -> String {
     text
 }
 
+/// A run that has not ended yet: planned, or fetched by its agent.
+fn is_open(run: &serde_json::Value) -> bool {
+    run["state"] == "scheduled" || run["state"] == "dispatched"
+}
+
 async fn get(client: &reqwest::Client, url: &str, token: &str) -> serde_json::Value {
     let response = client.get(url).bearer_auth(token).send().await.unwrap();
     assert!(
@@ -279,10 +284,7 @@ async fn faults_scenario(database_url: &str, crashing: Option<&OwnPostgres>) {
         )
         .await;
         let runs = runs["runs"].as_array().unwrap().clone();
-        let open = runs
-            .iter()
-            .filter(|run| run["state"] == "scheduled" || run["state"] == "dispatched")
-            .count();
+        let open = runs.iter().filter(|run| is_open(run)).count();
         let window_ids: HashSet<&str> = runs.iter().filter_map(|run| run["id"].as_str()).collect();
         let spooled = names
             .iter()
@@ -309,11 +311,7 @@ async fn faults_scenario(database_url: &str, crashing: Option<&OwnPostgres>) {
     );
     for run in &runs {
         let state = run["state"].as_str().unwrap();
-        assert!(
-            !matches!(state, "scheduled" | "dispatched"),
-            "run left open: {run}\n{}",
-            logs()
-        );
+        assert!(!is_open(run), "run left open: {run}\n{}", logs());
         if state != "completed" {
             assert!(
                 run["reason"].as_str().is_some_and(|r| !r.is_empty()),
@@ -464,7 +462,7 @@ async fn a_full_spool_disk_loses_no_result_while_the_server_is_up() {
             .unwrap()
             .iter()
             .filter(|run| run["client"] == "d1")
-            .filter(|run| run["state"] != "scheduled" && run["state"] != "dispatched")
+            .filter(|run| !is_open(run))
             .count();
         if ended >= 3 {
             break;
@@ -481,9 +479,7 @@ async fn a_full_spool_disk_loses_no_result_while_the_server_is_up() {
     let runs = loop {
         let runs = get(&http, &format!("{url}/api/v1/runs?to={window_end}"), ADMIN).await;
         let runs = runs["runs"].as_array().unwrap().clone();
-        let open = runs
-            .iter()
-            .any(|run| run["state"] == "scheduled" || run["state"] == "dispatched");
+        let open = runs.iter().any(is_open);
         if !open || Instant::now() > deadline {
             break runs;
         }
@@ -569,8 +565,13 @@ impl OwnPostgres {
         };
         cluster.as_postgres(
             "initdb",
-            &["--auth=trust", "--username=postgres", "--no-sync", "-D"],
-            &[cluster.data_dir().as_str()],
+            &[
+                "--auth=trust",
+                "--username=postgres",
+                "--no-sync",
+                "-D",
+                &cluster.data_dir(),
+            ],
         );
         cluster.pg_ctl_start();
         cluster
@@ -584,19 +585,26 @@ impl OwnPostgres {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// One of PostgreSQL's programs, to run as the `postgres` user.
+    fn postgres_command(&self, program: &str) -> Command {
+        let mut command = Command::new("runuser");
+        command
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join(program));
+        command
+    }
+
     /// Runs one of PostgreSQL's programs as the `postgres` user; panics with its output
     /// when it fails.
-    fn as_postgres(&self, program: &str, args: &[&str], more: &[&str]) {
-        let output = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join(program))
+    fn as_postgres(&self, program: &str, args: &[&str]) {
+        let output = self
+            .postgres_command(program)
             .args(args)
-            .args(more)
             .output()
             .expect("runuser (util-linux) runs programs as the postgres user");
         assert!(
             output.status.success(),
-            "{program} {args:?} {more:?}: {}{}",
+            "{program} {args:?}: {}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
@@ -611,8 +619,17 @@ impl OwnPostgres {
         let log = self.dir.path().join("postgres.log").display().to_string();
         self.as_postgres(
             "pg_ctl",
-            &["start", "--wait", "--timeout=60", "-D"],
-            &[&self.data_dir(), "-l", &log, "-o", &options],
+            &[
+                "start",
+                "--wait",
+                "--timeout=60",
+                "-D",
+                &self.data_dir(),
+                "-l",
+                &log,
+                "-o",
+                &options,
+            ],
         );
     }
 
@@ -621,8 +638,7 @@ impl OwnPostgres {
     fn crash_and_restart(&self, down: Duration) {
         self.as_postgres(
             "pg_ctl",
-            &["stop", "--mode=immediate", "-D"],
-            &[&self.data_dir()],
+            &["stop", "--mode=immediate", "-D", &self.data_dir()],
         );
         std::thread::sleep(down);
         self.pg_ctl_start();
@@ -631,9 +647,8 @@ impl OwnPostgres {
 
 impl Drop for OwnPostgres {
     fn drop(&mut self) {
-        let _ = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
+        let _ = self
+            .postgres_command("pg_ctl")
             .args(["stop", "--mode=immediate", "-D", &self.data_dir()])
             .output();
     }

@@ -49,12 +49,18 @@ pub enum TicketError {
     Expired { run_id: String, not_after: String },
 }
 
-fn decode_32(hex_text: &str, what: &str) -> Result<[u8; 32], TicketError> {
-    let bytes = hex::decode(hex_text.trim())
-        .map_err(|err| TicketError::BadKey(format!("{what} is not hex: {err}")))?;
-    bytes.try_into().map_err(|bytes: Vec<u8>| {
-        TicketError::BadKey(format!("{what} has {} bytes, expected 32", bytes.len()))
-    })
+/// 32 bytes from hex; `Err` says what is wrong with `what`.
+fn decode_32(hex_text: &str, what: &str) -> Result<[u8; 32], String> {
+    let bytes = hex::decode(hex_text.trim()).map_err(|err| format!("{what} is not hex: {err}"))?;
+    bytes
+        .try_into()
+        .map_err(|bytes: Vec<u8>| format!("{what} has {} bytes, expected 32", bytes.len()))
+}
+
+/// One hex public key; `Err` says what is wrong with it.
+fn parse_public_key(hex_text: &str) -> Result<VerifyingKey, String> {
+    let bytes = decode_32(hex_text, "public key")?;
+    VerifyingKey::from_bytes(&bytes).map_err(|err| format!("public key: {err}"))
 }
 
 /// The server's signing key.
@@ -67,7 +73,9 @@ impl TicketSigner {
     }
 
     pub fn from_hex(secret_hex: &str) -> Result<Self, TicketError> {
-        Ok(Self::from_secret(decode_32(secret_hex, "secret key")?))
+        Ok(Self::from_secret(
+            decode_32(secret_hex, "secret key").map_err(TicketError::BadKey)?,
+        ))
     }
 
     pub fn secret_hex(&self) -> String {
@@ -98,10 +106,7 @@ impl TicketVerifier {
     pub fn from_hex_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Result<Self, TicketError> {
         let keys = keys
             .into_iter()
-            .map(|key| {
-                VerifyingKey::from_bytes(&decode_32(key, "public key")?)
-                    .map_err(|err| TicketError::BadKey(format!("public key: {err}")))
-            })
+            .map(|key| parse_public_key(key).map_err(TicketError::BadKey))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { keys })
     }
@@ -116,13 +121,9 @@ impl TicketVerifier {
             if key.is_empty() {
                 continue;
             }
-            let verifier = Self::from_hex_keys([key]).map_err(|err| match err {
-                TicketError::BadKey(message) => {
-                    TicketError::BadKey(format!("line {}: {message}", index + 1))
-                }
-                other => other,
-            })?;
-            keys.extend(verifier.keys);
+            let key = parse_public_key(key)
+                .map_err(|message| TicketError::BadKey(format!("line {}: {message}", index + 1)))?;
+            keys.push(key);
         }
         if keys.is_empty() {
             return Err(TicketError::BadKey("no public key in the file".into()));
