@@ -664,6 +664,18 @@ impl Drop for HookReceiver {
     }
 }
 
+/// The `vantage_archiver_deliveries_total` counter of `archiver` and `outcome` in an
+/// OpenMetrics exposition (0 when absent).
+fn deliveries(metrics: &str, archiver: &str, outcome: &str) -> u64 {
+    let series = format!(
+        "vantage_archiver_deliveries_total{{archiver=\"{archiver}\",outcome=\"{outcome}\"}} "
+    );
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |value| value.trim().parse().expect("a counter value"))
+}
+
 /// Each newly stored result reaches its task's file and HTTP archivers once; a receiver
 /// that never answers counts failed attempts in /metrics (and is retried).
 async fn archivers_scenario(kind: Kind) {
@@ -720,12 +732,21 @@ async fn archivers_scenario(kind: Kind) {
             .await
             .unwrap();
         let text = response.text().await.unwrap();
-        if text.contains("archiver=\"dead\",outcome=\"failed\"} 1") {
+        // Each archiver delivers on its own: wait for all three to have reported.
+        let reported = [
+            ("dead", "failed"),
+            ("log", "delivered"),
+            ("hook", "delivered"),
+        ]
+        .iter()
+        .all(|(archiver, outcome)| deliveries(&text, archiver, outcome) >= 1);
+        if reported {
             break text;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the dead receiver was never counted as failed:\n{text}"
+            "the dead receiver was never counted as failed, or a working one never \
+             delivered:\n{text}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
