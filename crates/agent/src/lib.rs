@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod execute;
+pub mod hold;
 pub mod spool;
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +27,7 @@ use vantage_probe::source_policy::SourceLimits;
 use vantage_probe::tickets::TicketGate;
 
 use crate::client::{CallError, ServerClient};
+use crate::hold::MemoryHold;
 use crate::spool::{Spool, SpoolQuota};
 
 #[derive(Debug, Clone)]
@@ -50,6 +52,9 @@ pub struct AgentOptions {
     pub spool_dir: PathBuf,
     /// Most the spool may hold; a result beyond it is uploaded without spooling.
     pub spool_quota: SpoolQuota,
+    /// Most bytes of results kept in memory while neither the spool (full) nor the
+    /// server (unreachable) can take them.
+    pub memory_hold_bytes: u64,
     pub heartbeat_interval: Duration,
     /// Runs are fetched this far ahead of their start.
     pub horizon: Duration,
@@ -75,6 +80,7 @@ impl AgentOptions {
             advertise: Vec::new(),
             spool_dir,
             spool_quota: SpoolQuota::default(),
+            memory_hold_bytes: hold::DEFAULT_MAX_BYTES,
             heartbeat_interval: Duration::from_secs(5),
             horizon: Duration::from_secs(30),
             start_tolerance: Duration::from_millis(500),
@@ -123,6 +129,13 @@ impl Backoff {
     fn reset(&mut self) {
         self.0 = Duration::from_millis(500);
     }
+}
+
+/// How the server answered an upload it did not refuse for the operator to fix.
+enum Delivery {
+    Acknowledged,
+    /// Refused for the result itself (status and message).
+    Refused(String),
 }
 
 /// Whether an upload refused with `status` stays spooled (retried) rather than parked:
@@ -189,10 +202,12 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
             let _ = stopped.wait_for(|stop| *stop).await;
         }))
     };
+    let hold = MemoryHold::new(options.memory_hold_bytes);
     let agent = Arc::new(AgentTasks {
         options,
         client,
         spool,
+        hold,
         registration,
         tickets,
         spooled: Notify::new(),
@@ -206,6 +221,14 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
     };
     let _ = stop.send(true);
     let _ = endpoint_task.await;
+    let held = agent.hold.run_ids();
+    if !held.is_empty() {
+        tracing::error!(
+            "RESULT LOST: stopping with {} results held in memory (spool full, server unreachable): runs {}",
+            held.len(),
+            held.join(", ")
+        );
+    }
     outcome
 }
 
@@ -213,6 +236,8 @@ struct AgentTasks {
     options: AgentOptions,
     client: ServerClient,
     spool: Spool,
+    /// Results neither the spool nor the server could take yet.
+    hold: MemoryHold,
     registration: AgentRegistration,
     /// The endpoint's ticket check; learns the server's key at registration.
     tickets: Arc<TicketGate>,
@@ -295,11 +320,13 @@ impl AgentTasks {
         }
     }
 
-    /// Uploads the spool, one file at a time. A refusal that only the operator can
-    /// fix (401 bad token, 403 wrong agent, 413 too large for the server's limit) keeps
-    /// the result spooled and pauses uploads with backoff, logging the error each time;
-    /// a refusal of the result itself (any other 4xx) parks it under `rejected/`.
+    /// Delivers what the memory hold keeps, then the spool, one result at a time. A
+    /// refusal that only the operator can fix (401 bad token, 403 wrong agent, 413 too
+    /// large for the server's limit) keeps the result and pauses uploads with backoff,
+    /// logging the error each time; a refusal of the result itself (any other 4xx)
+    /// parks a spooled one under `rejected/`.
     async fn upload_pending(&self) -> anyhow::Result<()> {
+        self.release_held().await?;
         for path in self.spool.pending_files()? {
             let upload = match self.spool.read(&path) {
                 Ok(upload) => upload,
@@ -315,28 +342,64 @@ impl AgentTasks {
                 }
                 Err(error) => return Err(error.into()),
             };
-            match self.client.upload(&upload).await {
-                Ok(ack) => {
-                    tracing::debug!(run = %ack.run_id, duplicate = ack.duplicate, "result acknowledged");
-                    self.spool.remove(&upload.run_id)?
+            match self.deliver(&upload).await? {
+                Delivery::Acknowledged => self.spool.remove(&upload.run_id)?,
+                Delivery::Refused(reason) => {
+                    tracing::error!(run = %upload.run_id, %reason, "server refused a result; kept under rejected/");
+                    self.spool.reject(&upload.run_id, &reason)?;
                 }
-                Err(CallError::Refused { status, message }) if refusal_is_retried(status) => {
-                    tracing::error!(run = %upload.run_id, status, %message, "server refused a result for a reason the operator must fix; it stays spooled and is retried");
-                    anyhow::bail!("server refused a result ({status}): {message}");
-                }
-                Err(CallError::Refused { status, message }) => {
-                    tracing::error!(run = %upload.run_id, status, %message, "server refused a result; kept under rejected/");
-                    self.spool
-                        .reject(&upload.run_id, &format!("{status}: {message}"))?;
-                }
-                Err(error) => return Err(error.into()),
             }
         }
         Ok(())
     }
 
+    /// Moves results held in memory to the spool once it has room (durable again), or
+    /// uploads them, oldest first.
+    async fn release_held(&self) -> anyhow::Result<()> {
+        while let Some(upload) = self.hold.oldest() {
+            if self.spool.store(&upload).is_ok() {
+                tracing::info!(run = %upload.run_id, "result held in memory is spooled now");
+            } else {
+                match self.deliver(&upload).await? {
+                    Delivery::Acknowledged => {
+                        tracing::info!(run = %upload.run_id, "result held in memory uploaded")
+                    }
+                    // No room on disk to park it: the log keeps it for the operator.
+                    Delivery::Refused(reason) => tracing::error!(
+                        run = %upload.run_id,
+                        %reason,
+                        result = %serde_json::to_string(&upload).unwrap_or_default(),
+                        "server refused a result held in memory; dropped"
+                    ),
+                }
+            }
+            self.hold.remove(&upload.run_id);
+        }
+        Ok(())
+    }
+
+    /// Uploads one result. Errors are what pauses uploads: the server unreachable, or
+    /// refusing for a reason the operator must fix.
+    async fn deliver(&self, upload: &ResultUpload) -> anyhow::Result<Delivery> {
+        match self.client.upload(upload).await {
+            Ok(ack) => {
+                tracing::debug!(run = %ack.run_id, duplicate = ack.duplicate, "result acknowledged");
+                Ok(Delivery::Acknowledged)
+            }
+            Err(CallError::Refused { status, message }) if refusal_is_retried(status) => {
+                tracing::error!(run = %upload.run_id, status, %message, "server refused a result for a reason the operator must fix; it is kept and retried");
+                anyhow::bail!("server refused a result ({status}): {message}");
+            }
+            Err(CallError::Refused { status, message }) => {
+                Ok(Delivery::Refused(format!("{status}: {message}")))
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
     /// Spools a finished run's result; when the spool is full or failing, uploads it
-    /// directly instead (and says loudly what happened if that fails too).
+    /// directly instead, and with the server unreachable too holds it in memory until
+    /// either has room (saying loudly if even the memory hold is full).
     async fn keep_result(&self, upload: ResultUpload) {
         let error = match self.spool.store(&upload) {
             Ok(()) => {
@@ -346,11 +409,27 @@ impl AgentTasks {
             Err(error) => error,
         };
         tracing::error!(run = %upload.run_id, "cannot spool result, uploading it directly: {error}");
-        match self.client.upload(&upload).await {
-            Ok(_) => tracing::warn!(run = %upload.run_id, "result uploaded without spooling"),
-            Err(upload_error) => tracing::error!(
-                run = %upload.run_id,
-                "RESULT LOST: not spooled ({error}) and not uploaded ({upload_error})"
+        let upload_error = match self.client.upload(&upload).await {
+            Ok(_) => {
+                tracing::warn!(run = %upload.run_id, "result uploaded without spooling");
+                return;
+            }
+            Err(upload_error) => upload_error,
+        };
+        let run_id = upload.run_id.clone();
+        match self.hold.push(upload) {
+            Ok(usage) => {
+                tracing::warn!(
+                    run = %run_id,
+                    held_results = usage.results,
+                    held_bytes = usage.bytes,
+                    "result held in memory until the spool has room or the server answers ({upload_error})"
+                );
+                self.spooled.notify_one();
+            }
+            Err(full) => tracing::error!(
+                run = %run_id,
+                "RESULT LOST: not spooled ({error}), not uploaded ({upload_error}) and {full}"
             ),
         }
     }
@@ -397,7 +476,10 @@ impl AgentTasks {
             let mut known = self.known_runs.lock().expect("known runs lock");
             let horizon = Utc::now() - chrono::Duration::hours(1);
             known.retain(|_, planned_end| *planned_end > horizon);
-            if known.contains_key(&run.run_id) || self.spool.contains(&run.run_id) {
+            if known.contains_key(&run.run_id)
+                || self.spool.contains(&run.run_id)
+                || self.hold.contains(&run.run_id)
+            {
                 return;
             }
             known.insert(run.run_id.clone(), run.planned_end);
@@ -440,5 +522,24 @@ impl AgentTasks {
             tracing::debug!(run = %run.run_id, outcome = ?upload.outcome, "run finished");
             agent.keep_result(upload).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::DateTime;
+    use vantage_model::control::{ResultUpload, RunOutcome};
+
+    /// A small result (fixed times, so its size is too) for spool and hold tests.
+    pub(crate) fn failed_upload(run_id: &str) -> ResultUpload {
+        ResultUpload {
+            run_id: run_id.into(),
+            agent: "a".into(),
+            outcome: RunOutcome::Failed,
+            actual_start: DateTime::UNIX_EPOCH,
+            actual_end: DateTime::UNIX_EPOCH,
+            result: None,
+            error: Some("x".into()),
+        }
     }
 }

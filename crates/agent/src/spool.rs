@@ -308,20 +308,7 @@ impl Spool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::Utc;
-    use vantage_model::control::RunOutcome;
-
-    fn upload(run_id: &str) -> ResultUpload {
-        ResultUpload {
-            run_id: run_id.into(),
-            agent: "a".into(),
-            outcome: RunOutcome::Failed,
-            actual_start: Utc::now(),
-            actual_end: Utc::now(),
-            result: None,
-            error: Some("x".into()),
-        }
-    }
+    use crate::tests::failed_upload as upload;
 
     #[test]
     fn stores_lists_and_removes_across_reopen() {

@@ -53,12 +53,17 @@ pub struct AgentArgs {
     #[arg(long, default_value = "vantage-spool")]
     pub spool: PathBuf,
     /// Most bytes the spool holds (e.g. 256MiB); a result beyond it is uploaded directly
-    /// or, with the server unreachable, lost with an error in the log.
+    /// or, with the server unreachable, held in memory (--memory-hold).
     #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = bytes_arg)]
     pub spool_max_bytes: u64,
     /// Most result files the spool holds.
     #[arg(long, value_name = "N", default_value_t = vantage_agent::spool::SpoolQuota::default().max_files)]
     pub spool_max_files: u64,
+    /// Most bytes of results kept in memory while the spool is full and the server
+    /// unreachable; they move to the spool or the server as soon as either has room,
+    /// and a result beyond this is lost with an error in the log.
+    #[arg(long, value_name = "BYTES", default_value = "64MiB", value_parser = bytes_arg)]
+    pub memory_hold: u64,
 }
 
 fn bytes_arg(input: &str) -> Result<u64, String> {
@@ -88,6 +93,7 @@ pub fn run(args: AgentArgs) -> ExitCode {
         max_bytes: args.spool_max_bytes,
         max_files: args.spool_max_files,
     };
+    options.memory_hold_bytes = args.memory_hold;
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -392,7 +392,7 @@ async fn faults_on_postgres() {
 /// An agent whose spool's file system is full uploads each result directly instead: with
 /// the server up, every run it measured has its result in the archive, exactly once.
 #[tokio::test]
-async fn a_full_spool_disk_loses_no_result_while_the_server_is_up() {
+async fn a_full_spool_disk_loses_no_result_even_while_the_server_is_down() {
     let db = TestDb::new(Kind::Sqlite, "full_spool").await;
     let dir = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
@@ -453,7 +453,7 @@ async fn a_full_spool_disk_loses_no_result_while_the_server_is_up() {
         }),
     );
     // Wait for d1 to have ended three runs (the planner's first window can start late
-    // on a loaded machine), then check every run up to then.
+    // on a loaded machine): they went straight to the server.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let runs = get(&http, &format!("{url}/api/v1/runs"), ADMIN).await;
@@ -474,8 +474,19 @@ async fn a_full_spool_disk_loses_no_result_while_the_server_is_up() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // Then the server goes away too: d1 measures prefetched runs it can neither spool
+    // nor upload, and holds their results in memory until the server is back.
+    server.kill_hard();
+    let outage_start = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let outage_end = chrono::Utc::now();
+    server = start_server(&db.url, &listen, dir.path(), 1);
+    wait_until_up(&http, &url).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let window_end = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Settle: runs of the window close and held results arrive (uploads back off up
+    // to 30 s while the server is down).
+    let deadline = Instant::now() + Duration::from_secs(60);
     let runs = loop {
         let runs = get(&http, &format!("{url}/api/v1/runs?to={window_end}"), ADMIN).await;
         let runs = runs["runs"].as_array().unwrap().clone();
@@ -498,23 +509,55 @@ async fn a_full_spool_disk_loses_no_result_while_the_server_is_up() {
         full_agent_runs.len()
     );
     let results = results["results"].as_array().unwrap();
-    for run in full_agent_runs {
-        assert_eq!(
-            run["state"],
-            "completed",
-            "{run}\n{}",
-            log_tails(dir.path())
-        );
-        let stored = results
+    let stored = |run: &serde_json::Value| {
+        results
             .iter()
             .filter(|result| result["run_id"] == run["id"])
-            .count();
-        assert_eq!(stored, 1, "results stored for {run}");
+            .count()
+    };
+    for run in &full_agent_runs {
+        assert!(
+            !is_open(run),
+            "run left open: {run}\n{}",
+            log_tails(dir.path())
+        );
+        if run["state"] == "completed" {
+            assert_eq!(stored(run), 1, "results stored for {run}");
+        } else {
+            // Runs planned in the outage were never handed out; they close with a reason.
+            assert!(
+                run["reason"].as_str().is_some_and(|r| !r.is_empty()),
+                "{run}"
+            );
+            assert_eq!(
+                stored(run),
+                0,
+                "a result for a run that did not complete: {run}"
+            );
+        }
     }
+    let measured_in_outage = results
+        .iter()
+        .filter(|result| result["client"] == "d1" && result["outcome"] == "completed")
+        .filter(|result| {
+            let start: chrono::DateTime<chrono::Utc> =
+                result["start_time"].as_str().unwrap().parse().unwrap();
+            start > outage_start && start < outage_end
+        })
+        .count();
     let log = std::fs::read_to_string(dir.path().join("agent-d1-0.log")).unwrap();
+    assert!(
+        measured_in_outage > 0,
+        "no result d1 measured while the server was down arrived\n{log}"
+    );
     assert!(
         log.contains("cannot spool result, uploading it directly"),
         "the agent said its spool is full:\n{log}"
+    );
+    assert!(
+        log.contains("result held in memory until the spool has room or the server answers")
+            && log.contains("result held in memory uploaded"),
+        "the agent held results in memory and delivered them:\n{log}"
     );
     assert!(!log.contains("RESULT LOST"), "{log}");
 }

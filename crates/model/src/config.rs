@@ -414,7 +414,7 @@ impl ConfigFormat {
 /// field) is reported with the path of the field where it happened.
 pub fn parse_config(text: &str, format: ConfigFormat) -> Result<MeasurementConfig, ConfigError> {
     let path_error = |path: &serde_path_to_error::Path, message: String| {
-        ConfigError::new(path.to_string(), message)
+        ConfigError::new(field_path(path), message)
     };
     match format {
         ConfigFormat::Toml => {
@@ -437,6 +437,45 @@ pub fn parse_config(text: &str, format: ConfigFormat) -> Result<MeasurementConfi
                 .map_err(|error| path_error(error.path(), error.inner().to_string()))
         }
     }
+}
+
+/// Renders a deserialisation path like `tests[0].spec.count`, quoting keys that
+/// are empty or not plain names (`tests[0]."a b"`) so that every path names a place;
+/// the whole document is `.`.
+fn field_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let plain = |key: &str| {
+        !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    let mut rendered = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => rendered.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !rendered.is_empty() {
+                    rendered.push('.');
+                }
+                if plain(key) {
+                    rendered.push_str(key);
+                } else {
+                    rendered.push_str(&serde_json::to_string(key).expect("a string serialises"));
+                }
+            }
+            Segment::Unknown => {
+                if !rendered.is_empty() {
+                    rendered.push('.');
+                }
+                rendered.push('?');
+            }
+        }
+    }
+    if rendered.is_empty() {
+        rendered.push('.');
+    }
+    rendered
 }
 
 /// Parses and validates in one step, the usual entry point for files.
@@ -1084,6 +1123,13 @@ type = "latency"
         let error = parse_config("[[tasks]]\nname = 5\n", ConfigFormat::Toml).unwrap_err();
         assert_eq!(error.path, "tasks[0].name", "{error}");
         assert!(error.message.ends_with("(line 2)"), "{error}");
+        // A key that is empty or not a plain name is quoted, so the path still names it.
+        let error = parse_config(r#"{"": 1}"#, ConfigFormat::Json).unwrap_err();
+        assert_eq!(error.path, r#""""#, "{error}");
+        let error = parse_config(r#"{"tests": [{"a b": 1}]}"#, ConfigFormat::Json).unwrap_err();
+        assert_eq!(error.path, r#"tests[0]."a b""#, "{error}");
+        let error = parse_config("[", ConfigFormat::Json).unwrap_err();
+        assert_eq!(error.path, ".", "{error}");
     }
 
     #[test]
