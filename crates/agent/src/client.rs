@@ -6,7 +6,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use vantage_model::control::{
-    AgentRegistration, AssignedRun, AssignedRuns, RegistrationAck, ResultAck, ResultUpload,
+    AgentRegistration, AssignedRun, AssignedRuns, HeartbeatAck, RegistrationAck, ResultAck,
+    ResultUpload,
 };
 
 /// Why a call failed: retry later, or give up on this request.
@@ -118,13 +119,11 @@ impl ServerClient {
             .await
     }
 
-    pub async fn heartbeat(&self, name: &str) -> Result<(), CallError> {
+    pub async fn heartbeat(&self, name: &str) -> Result<HeartbeatAck, CallError> {
         let request = self
             .http
             .post(format!("{}/api/v1/agents/{name}/heartbeat", self.base));
-        self.send::<serde_json::Value>(request, Duration::from_secs(10))
-            .await
-            .map(drop)
+        self.send(request, Duration::from_secs(10)).await
     }
 
     /// Long-polls for runs starting within `horizon` not fetched before (with

@@ -210,6 +210,7 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
         hold,
         registration,
         tickets,
+        trusted_keys: Mutex::new(Vec::new()),
         spooled: Notify::new(),
         known_runs: Mutex::new(HashMap::new()),
     });
@@ -239,8 +240,11 @@ struct AgentTasks {
     /// Results neither the spool nor the server could take yet.
     hold: MemoryHold,
     registration: AgentRegistration,
-    /// The endpoint's ticket check; learns the server's key at registration.
+    /// The endpoint's ticket check; learns the server's keys at registration and from
+    /// every heartbeat.
     tickets: Arc<TicketGate>,
+    /// The keys `tickets` trusts (hex), to notice when the server's change.
+    trusted_keys: Mutex<Vec<String>>,
     /// Signalled when a new result is in the spool.
     spooled: Notify,
     /// Runs already accepted for execution, with their planned end (for pruning).
@@ -263,12 +267,7 @@ impl AgentTasks {
         let mut backoff = Backoff::new();
         loop {
             match self.client.register(&self.registration).await {
-                Ok(ack) => {
-                    let verifier = TicketVerifier::from_hex_keys([ack.ticket_key.as_str()])
-                        .map_err(|error| anyhow::anyhow!("the server's {error}"))?;
-                    self.tickets.trust(verifier);
-                    return Ok(());
-                }
+                Ok(ack) => return self.trust_ticket_keys(&ack.trusted_keys()),
                 Err(CallError::Refused { status, message }) => {
                     anyhow::bail!(
                         "server refused registration of '{}' ({status}): {message}",
@@ -283,20 +282,47 @@ impl AgentTasks {
         }
     }
 
+    /// Heartbeats, learning the server's ticket keys from each answer (how a key
+    /// rotation reaches a running agent).
     async fn heartbeat_loop(self: Arc<Self>) {
         loop {
             tokio::time::sleep(self.options.heartbeat_interval).await;
             match self.client.heartbeat(&self.options.name).await {
-                Ok(()) => {}
-                // The server forgot us (new database): register again.
+                Ok(ack) if !ack.ticket_keys.is_empty() => {
+                    if let Err(error) = self.trust_ticket_keys(&ack.ticket_keys) {
+                        tracing::error!("{error}");
+                    }
+                }
+                Ok(_) => {}
+                // The server forgot us (a new database, with new keys): register again.
                 Err(CallError::Refused { status: 404, .. }) => {
-                    if let Err(error) = self.client.register(&self.registration).await {
-                        tracing::warn!("re-registration failed: {error}");
+                    match self.client.register(&self.registration).await {
+                        Ok(ack) => {
+                            if let Err(error) = self.trust_ticket_keys(&ack.trusted_keys()) {
+                                tracing::error!("{error}");
+                            }
+                        }
+                        Err(error) => tracing::warn!("re-registration failed: {error}"),
                     }
                 }
                 Err(error) => tracing::warn!("heartbeat failed: {error}"),
             }
         }
+    }
+
+    /// Makes the endpoint accept tickets signed by `keys` (the server's public keys,
+    /// hex) and no others, logging when they change.
+    fn trust_ticket_keys(&self, keys: &[String]) -> anyhow::Result<()> {
+        let mut trusted = self.trusted_keys.lock().expect("trusted keys lock");
+        if *trusted == keys {
+            return Ok(());
+        }
+        let verifier = TicketVerifier::from_hex_keys(keys.iter().map(String::as_str))
+            .map_err(|error| anyhow::anyhow!("the server's {error}"))?;
+        self.tickets.trust(verifier);
+        tracing::info!(keys = %keys.join(","), "trusting the server's ticket keys");
+        *trusted = keys.to_vec();
+        Ok(())
     }
 
     /// Uploads everything in the spool, deleting each file once acknowledged.

@@ -68,7 +68,9 @@ async fn start_stand_in(status: u16, times: u32) -> (String, Arc<StandIn>) {
         )
         .route(
             "/api/v1/agents/{name}/heartbeat",
-            post(|| async { Json(json!({})) }),
+            post(|| async {
+                Json(json!({"name": "a", "time": chrono::Utc::now(), "ticket_keys": []}))
+            }),
         )
         .route(
             "/api/v1/agents/{name}/runs",

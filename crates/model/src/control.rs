@@ -89,9 +89,36 @@ pub struct AssignedRun {
 pub struct RegistrationAck {
     pub name: String,
     pub registered: bool,
-    /// The server's Ed25519 public key (hex): the agent's endpoint serves throughput
-    /// tests only under tickets it signed.
+    /// The server's Ed25519 public key (hex) that signs tickets now: the agent's
+    /// endpoint serves throughput tests only under tickets the server signed.
     pub ticket_key: String,
+    /// Every key the agent should trust now (hex): the signing key, a newer one about
+    /// to sign, and older ones whose tickets may still be in use after a rotation.
+    #[serde(default)]
+    pub ticket_keys: Vec<String>,
+}
+
+impl RegistrationAck {
+    /// The keys to trust: `ticket_keys`, or the signing key alone from a server that
+    /// sends no list.
+    pub fn trusted_keys(&self) -> Vec<String> {
+        if self.ticket_keys.is_empty() {
+            vec![self.ticket_key.clone()]
+        } else {
+            self.ticket_keys.clone()
+        }
+    }
+}
+
+/// The server's answer to a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatAck {
+    pub name: String,
+    pub time: DateTime<Utc>,
+    /// Every ticket key the agent should trust now, as in [`RegistrationAck`]: how a
+    /// key rotation reaches running agents.
+    #[serde(default)]
+    pub ticket_keys: Vec<String>,
 }
 
 /// A run's ticket and where to present it.

@@ -64,7 +64,15 @@ fn parse_public_key(hex_text: &str) -> Result<VerifyingKey, String> {
 }
 
 /// The server's signing key.
+#[derive(Clone)]
 pub struct TicketSigner(SigningKey);
+
+/// Shows the public key only, never the secret.
+impl std::fmt::Debug for TicketSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TicketSigner(public key {})", self.public_key_hex())
+    }
+}
 
 impl TicketSigner {
     /// A signer from 32 secret bytes (drawn by the caller from a CSPRNG).

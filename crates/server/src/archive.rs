@@ -204,6 +204,18 @@ pub struct StoredResult {
     pub result: Option<serde_json::Value>,
 }
 
+/// One generation of the key test tickets are signed with.
+#[derive(Debug, Clone)]
+pub struct TicketKey {
+    pub generation: i64,
+    pub signer: TicketSigner,
+    pub created_us: i64,
+    /// When it starts signing (0: from the start).
+    pub signs_from_us: i64,
+    /// When agents stop trusting it (`None`: not retired).
+    pub retired_us: Option<i64>,
+}
+
 /// One queued delivery of a stored result to a file or HTTP archiver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEntry {
@@ -384,25 +396,93 @@ impl Archive {
         Ok(())
     }
 
-    /// The key test tickets are signed with, created on first use. Servers sharing the
-    /// archive race to insert it; the first row wins and all of them read it back.
-    pub async fn ticket_signer(&self) -> Result<TicketSigner, ArchiveError> {
+    /// Every ticket key, oldest generation first; the first is created on first use.
+    /// Servers sharing the archive race to insert it; the first row wins and all of
+    /// them read it back.
+    pub async fn ticket_keys(&self) -> Result<Vec<TicketKey>, ArchiveError> {
+        let keys = self.read_ticket_keys().await?;
+        if !keys.is_empty() {
+            return Ok(keys);
+        }
         let fresh = TicketSigner::from_secret(rand::random());
         sqlx::query(
-            "INSERT INTO ticket_keys (id, secret_hex, created_us) VALUES (1, $1, $2) \
-             ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO ticket_keys (id, secret_hex, created_us, signs_from_us) \
+             VALUES (1, $1, $2, 0) ON CONFLICT (id) DO NOTHING",
         )
         .bind(fresh.secret_hex())
         .bind(now_us())
         .execute(&self.pool)
         .await
         .map_err(sql("creating the ticket key"))?;
-        let secret_hex: String = sqlx::query("SELECT secret_hex FROM ticket_keys WHERE id = 1")
-            .fetch_one(&self.pool)
+        self.read_ticket_keys().await
+    }
+
+    async fn read_ticket_keys(&self) -> Result<Vec<TicketKey>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT id, secret_hex, created_us, signs_from_us, retired_us \
+             FROM ticket_keys ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading the ticket keys"))?;
+        rows.iter()
+            .map(|row| {
+                Ok(TicketKey {
+                    generation: row.get("id"),
+                    signer: TicketSigner::from_hex(row.get("secret_hex"))?,
+                    created_us: row.get("created_us"),
+                    signs_from_us: row.get("signs_from_us"),
+                    retired_us: row.get("retired_us"),
+                })
+            })
+            .collect()
+    }
+
+    /// Adds a new ticket key that signs from `signs_from_us` and retires every older
+    /// key at `retire_previous_us` (a key already due to retire earlier keeps its
+    /// time). Returns the new key's generation.
+    pub async fn rotate_ticket_key(
+        &self,
+        signs_from_us: i64,
+        retire_previous_us: i64,
+    ) -> Result<i64, ArchiveError> {
+        self.ticket_keys().await?;
+        let mut transaction = self
+            .write_transaction()
             .await
-            .map_err(sql("reading the ticket key"))?
-            .get("secret_hex");
-        Ok(TicketSigner::from_hex(&secret_hex)?)
+            .map_err(sql("rotating the ticket key"))?;
+        let newest: i64 = sqlx::query("SELECT MAX(id) AS newest FROM ticket_keys")
+            .fetch_one(&mut *transaction)
+            .await
+            .map_err(sql("rotating the ticket key"))?
+            .get("newest");
+        let generation = newest + 1;
+        let fresh = TicketSigner::from_secret(rand::random());
+        sqlx::query(
+            "INSERT INTO ticket_keys (id, secret_hex, created_us, signs_from_us) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(generation)
+        .bind(fresh.secret_hex())
+        .bind(now_us())
+        .bind(signs_from_us)
+        .execute(&mut *transaction)
+        .await
+        .map_err(sql("rotating the ticket key"))?;
+        sqlx::query(
+            "UPDATE ticket_keys SET retired_us = $1 \
+             WHERE id < $2 AND (retired_us IS NULL OR retired_us > $1)",
+        )
+        .bind(retire_previous_us)
+        .bind(generation)
+        .execute(&mut *transaction)
+        .await
+        .map_err(sql("rotating the ticket key"))?;
+        transaction
+            .commit()
+            .await
+            .map_err(sql("rotating the ticket key"))?;
+        Ok(generation)
     }
 
     /// Every token, newest first, by id (never by value), revoked ones included.

@@ -16,6 +16,7 @@ pub mod planner;
 pub mod service;
 pub mod state;
 pub mod supervisor;
+pub mod ticket_keys;
 pub mod tls;
 
 /// A fresh random bearer token (256 bits, hex).

@@ -5,15 +5,17 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::archive::{Archive, ArchiveError, TokenGrant};
+use crate::archive::{now_us, Archive, ArchiveError, TokenGrant};
 use crate::archivers::ArchiverQueue;
 use crate::events::{Event, EventBus};
 use crate::ingest::{IngestPipeline, ResultConsumer};
 use crate::path_changes::PathChanges;
 use crate::supervisor::TaskHealth;
+use crate::ticket_keys::{self, Keyring};
 
 pub struct ServerState {
     pub archive: Archive,
@@ -31,8 +33,9 @@ pub struct ServerState {
     pub archivers: ArchiverQueue,
     /// States of the supervised background tasks, for `/healthz`.
     pub tasks: Arc<TaskHealth>,
-    /// Signs the tickets agents' endpoints require for throughput tests.
-    pub tickets: vantage_model::ticket::TicketSigner,
+    /// The keys that sign the tickets agents' endpoints require for throughput tests,
+    /// as last read from the archive (another server sharing it may rotate them).
+    ticket_keys: RwLock<(Arc<Keyring>, Instant)>,
 }
 
 impl ServerState {
@@ -49,9 +52,12 @@ impl ServerState {
                 events: Arc::clone(&events),
             }),
         ];
-        let tickets = archive.ticket_signer().await?;
+        let ticket_keys = RwLock::new((
+            Arc::new(Keyring::new(archive.ticket_keys().await?)),
+            Instant::now(),
+        ));
         let state = Arc::new(ServerState {
-            tickets,
+            ticket_keys,
             ingest: IngestPipeline::new(archive.clone(), consumers),
             archive,
             events,
@@ -63,6 +69,50 @@ impl ServerState {
         });
         state.refresh_agent_tags().await?;
         Ok(state)
+    }
+
+    /// The ticket keys, re-read from the archive when the copy is older than
+    /// [`ticket_keys::REFRESH_EVERY`].
+    pub async fn keyring(&self) -> Result<Arc<Keyring>, ArchiveError> {
+        {
+            let (keyring, read_at) = &*self
+                .ticket_keys
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if read_at.elapsed() < ticket_keys::REFRESH_EVERY {
+                return Ok(Arc::clone(keyring));
+            }
+        }
+        self.reload_keyring().await
+    }
+
+    async fn reload_keyring(&self) -> Result<Arc<Keyring>, ArchiveError> {
+        let keyring = Arc::new(Keyring::new(self.archive.ticket_keys().await?));
+        *self
+            .ticket_keys
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            (Arc::clone(&keyring), Instant::now());
+        Ok(keyring)
+    }
+
+    /// Adds a ticket key that signs after `activate_in` and retires the older ones
+    /// after `retire_previous_in` (see [`ticket_keys`]); returns its generation and the
+    /// keys as they are now.
+    pub async fn rotate_ticket_key(
+        &self,
+        activate_in: Duration,
+        retire_previous_in: Duration,
+    ) -> Result<(i64, Arc<Keyring>), ArchiveError> {
+        let now = now_us();
+        let generation = self
+            .archive
+            .rotate_ticket_key(
+                now + activate_in.as_micros() as i64,
+                now + retire_previous_in.as_micros() as i64,
+            )
+            .await?;
+        Ok((generation, self.reload_keyring().await?))
     }
 
     pub async fn refresh_agent_tags(&self) -> Result<(), ArchiveError> {

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use common::{Kind, TestDb};
 use serde_json::json;
-use vantage_agent::AgentOptions;
 use vantage_probe::endpoint::{Endpoint, EndpointConfig};
 use vantage_server::archive::{now_us, ResultFilter, RunState};
 
@@ -83,17 +82,9 @@ async fn every_kind_scenario(kind: Kind) {
 
     let mut agents = Vec::new();
     for name in ["k1", "k2"] {
-        let mut options = AgentOptions::new(
-            &server.url(),
-            &admin.token(name, "agent").await,
-            name,
-            spool.path().join(name),
+        agents.push(
+            common::spawn_agent(&admin, &server.url(), name, spool.path(), &stopped, |_| {}).await,
         );
-        options.endpoint_listen = Some(Ipv4Addr::LOCALHOST.into());
-        let mut stopped = stopped.clone();
-        agents.push(tokio::spawn(vantage_agent::run(options, async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        })));
     }
     // One occurrence of each task, due a few seconds after the configuration is
     // applied whatever the phase of the minute (offsets count from the epoch).
@@ -169,16 +160,7 @@ async fn every_kind_scenario(kind: Kind) {
     // While the scheduled runs complete under their tickets, an outsider's tests
     // against agent k2 are refused: native without a ticket or with a forged one, and
     // iperf3 without a presented ticket.
-    let k2 = server
-        .state
-        .archive
-        .agents()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|agent| agent.registration.name == "k2")
-        .unwrap()
-        .registration;
+    let k2 = common::registration(&server, "k2").await;
     let refusals = tokio::task::spawn_blocking(move || {
         use vantage_model::throughput::{ThroughputSpec, ThroughputTool};
         use vantage_model::ticket::{TicketClaims, TicketSigner};

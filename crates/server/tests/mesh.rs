@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use common::{Api, Kind, TestDb};
 use serde_json::json;
-use vantage_agent::AgentOptions;
 use vantage_scheduler::{find_overlaps, Occupancy};
 use vantage_server::archive::{from_us, now_us, ResultFilter, RunState};
 
@@ -41,19 +40,20 @@ async fn mesh_scenario(kind: Kind) {
     let _guard = AgentsGuard(stop.clone());
     let mut agents = Vec::new();
     for name in ["m1", "m2", "m3", "nat"] {
-        let mut options = AgentOptions::new(
-            &server.url(),
-            &admin.token(name, "agent").await,
-            name,
-            spool.path().join(name),
+        agents.push(
+            common::spawn_agent(
+                &admin,
+                &server.url(),
+                name,
+                spool.path(),
+                &stopped,
+                |options| {
+                    options.accepts_inbound = name != "nat";
+                    options.tags = BTreeMap::from([("mesh".to_string(), "yes".to_string())]);
+                },
+            )
+            .await,
         );
-        options.endpoint_listen = Some("127.0.0.1".parse().unwrap());
-        options.accepts_inbound = name != "nat";
-        options.tags = BTreeMap::from([("mesh".to_string(), "yes".to_string())]);
-        let mut stopped = stopped.clone();
-        agents.push(tokio::spawn(vantage_agent::run(options, async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        })));
     }
     let config = json!({
         "groups": [{"name": "all", "kind": "mesh", "members": ["mesh=yes"]}],

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use common::{Api, Kind, TestDb};
 use serde_json::json;
-use vantage_agent::AgentOptions;
 use vantage_server::archive::{now_us, RunState};
 use vantage_server::tls::{TlsError, TlsFiles};
 
@@ -100,19 +99,13 @@ async fn agents_measure_and_upload_over_https_with_a_private_ca() {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut agents = Vec::new();
     for name in ["tls-a", "tls-b"] {
-        let mut options = AgentOptions::new(
-            &url,
-            &admin.token(name, "agent").await,
-            name,
-            spool.path().join(name),
+        agents.push(
+            common::spawn_agent(&admin, &url, name, spool.path(), &stopped, |options| {
+                options.ca_cert = Some(ca.ca_cert.clone());
+                options.iperf3_port = None;
+            })
+            .await,
         );
-        options.ca_cert = Some(ca.ca_cert.clone());
-        options.endpoint_listen = Some("127.0.0.1".parse().unwrap());
-        options.iperf3_port = None;
-        let mut stopped = stopped.clone();
-        agents.push(tokio::spawn(vantage_agent::run(options, async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        })));
     }
     let config = json!({
         "groups": [{"name": "pair", "kind": "mesh", "members": ["tls-a", "tls-b"]}],

@@ -1,4 +1,4 @@
-//! Administration: tokens and retention.
+//! Administration: tokens, ticket keys and retention.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -10,6 +10,7 @@ use vantage_model::units::parse_duration;
 
 use super::common::{parse_body, ApiError, ApiResult, AppState, Caller};
 use crate::archive::{from_us, now_us, token_id, TOKEN_ID_LEN};
+use crate::ticket_keys::{DEFAULT_ACTIVATE_IN, DEFAULT_RETIRE_PREVIOUS_IN, MAX_ROTATION_DELAY};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -108,4 +109,75 @@ pub(super) async fn retention(
     Ok(Json(
         serde_json::json!({ "deleted": report, "cutoff": from_us(cutoff_us) }),
     ))
+}
+
+pub(super) async fn list_ticket_keys(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[])?;
+    let keyring = state.keyring().await?;
+    Ok(Json(
+        serde_json::json!({ "keys": keyring.describe(now_us()) }),
+    ))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Rotation {
+    /// When the new key starts signing (default 60s): agents learn it before.
+    activate_in: Option<String>,
+    /// When the older keys stop being trusted (default 24h).
+    retire_previous_in: Option<String>,
+}
+
+/// Rotates the ticket key: a new key signs after `activate_in`, the older ones retire
+/// after `retire_previous_in`; agents learn both from their heartbeats.
+pub(super) async fn rotate_ticket_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[])?;
+    let rotation: Rotation = if body.is_empty() {
+        Rotation::default()
+    } else {
+        parse_body(&body)?
+    };
+    let delay = |field: &str, text: &Option<String>, default| match text {
+        None => Ok(default),
+        Some(text) => match parse_duration(text) {
+            Ok(delay) if delay <= MAX_ROTATION_DELAY => Ok(delay),
+            Ok(_) => Err(ApiError::bad_request(format!(
+                "field '{field}': at most {} days",
+                MAX_ROTATION_DELAY.as_secs() / 86_400
+            ))),
+            Err(error) => Err(ApiError::bad_request(format!("field '{field}': {error}"))),
+        },
+    };
+    let activate_in = delay("activate_in", &rotation.activate_in, DEFAULT_ACTIVATE_IN)?;
+    let retire_previous_in = delay(
+        "retire_previous_in",
+        &rotation.retire_previous_in,
+        DEFAULT_RETIRE_PREVIOUS_IN,
+    )?;
+    if retire_previous_in < activate_in {
+        return Err(ApiError::bad_request(
+            "field 'retire_previous_in': must not be shorter than 'activate_in', \
+             or no trusted key would sign in between",
+        ));
+    }
+    let (generation, keyring) = state
+        .rotate_ticket_key(activate_in, retire_previous_in)
+        .await?;
+    tracing::warn!(
+        generation,
+        activate_in_s = activate_in.as_secs_f64(),
+        retire_previous_in_s = retire_previous_in.as_secs_f64(),
+        "ticket key rotated"
+    );
+    Ok(Json(serde_json::json!({
+        "generation": generation,
+        "keys": keyring.describe(now_us()),
+    })))
 }

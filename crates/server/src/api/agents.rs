@@ -7,7 +7,9 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
 use axum::Json;
 use serde::Deserialize;
-use vantage_model::control::{AgentRegistration, AssignedRuns, RegistrationAck, Role};
+use vantage_model::control::{
+    AgentRegistration, AssignedRuns, HeartbeatAck, RegistrationAck, Role,
+};
 
 use super::common::{parse_body, parse_query, ApiError, ApiResult, AppState, Caller};
 use crate::archive::now_us;
@@ -40,10 +42,13 @@ pub(super) async fn register_agent(
     state.archive.register_agent(&registration).await?;
     state.refresh_agent_tags().await?;
     tracing::info!(agent = %registration.name, "agent registered");
+    let keyring = state.keyring().await?;
+    let now = now_us();
     Ok(Json(RegistrationAck {
         name: registration.name,
         registered: true,
-        ticket_key: state.tickets.public_key_hex(),
+        ticket_key: keyring.signer(now).public_key_hex(),
+        ticket_keys: keyring.trusted_public_keys(now),
     }))
 }
 
@@ -51,7 +56,7 @@ pub(super) async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<HeartbeatAck>> {
     caller.require_agent(&name)?;
     if !state.archive.touch_agent(&name).await? {
         return Err(ApiError::new(
@@ -59,9 +64,12 @@ pub(super) async fn heartbeat(
             format!("agent '{name}' is not registered"),
         ));
     }
-    Ok(Json(
-        serde_json::json!({ "name": name, "time": chrono::Utc::now() }),
-    ))
+    let keyring = state.keyring().await?;
+    Ok(Json(HeartbeatAck {
+        name,
+        time: chrono::Utc::now(),
+        ticket_keys: keyring.trusted_public_keys(now_us()),
+    }))
 }
 
 #[derive(Deserialize)]
@@ -111,9 +119,11 @@ pub(super) async fn assigned_runs(
             .await?;
         if !runs.is_empty() || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
             let agents = state.archive.agents().await?;
+            let keyring = state.keyring().await?;
+            let signer = keyring.signer(now_us());
             let assigned = runs
                 .into_iter()
-                .filter_map(|run| assign(run, &agents, &state.tickets))
+                .filter_map(|run| assign(run, &agents, signer))
                 .collect();
             return Ok(Json(AssignedRuns { runs: assigned }));
         }

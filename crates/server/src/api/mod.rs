@@ -26,6 +26,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/tokens"),
     ("get", "/api/v1/tokens"),
     ("delete", "/api/v1/tokens/{id}"),
+    ("get", "/api/v1/ticket-keys"),
+    ("post", "/api/v1/ticket-keys"),
     ("get", "/api/v1/agents"),
     ("post", "/api/v1/agents"),
     ("post", "/api/v1/agents/{name}/heartbeat"),
@@ -80,6 +82,10 @@ pub fn router(state: AppState) -> Router {
             post(admin::create_token).get(admin::list_tokens),
         )
         .route("/api/v1/tokens/{id}", delete(admin::revoke_token))
+        .route(
+            "/api/v1/ticket-keys",
+            get(admin::list_ticket_keys).post(admin::rotate_ticket_key),
+        )
         .route(
             "/api/v1/agents",
             get(agents::list_agents).post(agents::register_agent),

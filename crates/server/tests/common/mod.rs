@@ -176,3 +176,44 @@ impl Api {
         body["token"].as_str().unwrap().to_string()
     }
 }
+
+/// Runs an in-process agent `name`, with its own token and a spool under `spools`, its
+/// endpoint on 127.0.0.1, until `stopped` turns true; `adjust` sets other options.
+pub async fn spawn_agent(
+    admin: &Api,
+    url: &str,
+    name: &str,
+    spools: &std::path::Path,
+    stopped: &tokio::sync::watch::Receiver<bool>,
+    adjust: impl FnOnce(&mut vantage_agent::AgentOptions),
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    let mut options = vantage_agent::AgentOptions::new(
+        url,
+        &admin.token(name, "agent").await,
+        name,
+        spools.join(name),
+    );
+    options.endpoint_listen = Some(std::net::Ipv4Addr::LOCALHOST.into());
+    adjust(&mut options);
+    let mut stopped = stopped.clone();
+    tokio::spawn(vantage_agent::run(options, async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    }))
+}
+
+/// What agent `name` registered with (addresses, ports, tags).
+pub async fn registration(
+    server: &RunningServer,
+    name: &str,
+) -> vantage_model::control::AgentRegistration {
+    server
+        .state
+        .archive
+        .agents()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|agent| agent.registration.name == name)
+        .unwrap_or_else(|| panic!("agent '{name}' registered"))
+        .registration
+}
