@@ -22,8 +22,9 @@ use vantage_server::archive::Archive;
 use vantage_server::state::ServerState;
 
 const ADMIN_TOKEN: &str = "fuzz-admin-token";
-const BODY_ROUTES: [(Method, &str); 10] = [
+const BODY_ROUTES: [(Method, &str); 11] = [
     (Method::POST, "/api/v1/tokens"),
+    (Method::POST, "/api/v1/ticket-keys"),
     (Method::POST, "/api/v1/agents"),
     (Method::POST, "/api/v1/agents/fuzz-agent/heartbeat"),
     (Method::POST, "/api/v1/results"),

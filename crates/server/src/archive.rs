@@ -440,11 +440,13 @@ impl Archive {
 
     /// Adds a new ticket key that signs from `signs_from_us` and retires every older
     /// key at `retire_previous_us` (a key already due to retire earlier keeps its
-    /// time). Returns the new key's generation.
+    /// time); deletes keys retired before `forget_retired_before_us`. Returns the new
+    /// key's generation.
     pub async fn rotate_ticket_key(
         &self,
         signs_from_us: i64,
         retire_previous_us: i64,
+        forget_retired_before_us: i64,
     ) -> Result<i64, ArchiveError> {
         self.ticket_keys().await?;
         let mut transaction = self
@@ -478,6 +480,11 @@ impl Archive {
         .execute(&mut *transaction)
         .await
         .map_err(sql("rotating the ticket key"))?;
+        sqlx::query("DELETE FROM ticket_keys WHERE retired_us < $1")
+            .bind(forget_retired_before_us)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sql("rotating the ticket key"))?;
         transaction
             .commit()
             .await

@@ -110,6 +110,7 @@ impl ServerState {
             .rotate_ticket_key(
                 now + activate_in.as_micros() as i64,
                 now + retire_previous_in.as_micros() as i64,
+                now - ticket_keys::KEEP_RETIRED.as_micros() as i64,
             )
             .await?;
         Ok((generation, self.reload_keyring().await?))

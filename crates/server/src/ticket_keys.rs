@@ -18,6 +18,11 @@ pub const DEFAULT_ACTIVATE_IN: Duration = Duration::from_secs(60);
 pub const DEFAULT_RETIRE_PREVIOUS_IN: Duration = Duration::from_secs(24 * 3600);
 /// Longest either delay may be.
 pub const MAX_ROTATION_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Most keys trusted at once: a rotation beyond it is refused until older keys retire,
+/// so registration and heartbeat answers stay small.
+pub const MAX_TRUSTED_KEYS: usize = 16;
+/// Retired keys are deleted from the archive this long after retiring.
+pub const KEEP_RETIRED: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How stale a server's copy of the keys may get.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(10);
 

@@ -1,8 +1,8 @@
 //! Ticket key rotation in a running fleet: the server adds a key that signs a little
 //! later and retires the old one later still; agents learn both from heartbeats, so
 //! scheduled throughput runs keep completing across the rotation without a restart,
-//! and once the old key is retired a ticket it signs is refused. Run against SQLite
-//! and PostgreSQL (the keys live in the archive).
+//! and once the old key is retired a ticket it signs is refused; at most 16 keys are
+//! trusted at once. Run against SQLite and PostgreSQL (the keys live in the archive).
 
 mod common;
 
@@ -198,6 +198,25 @@ async fn rotation_scenario(kind: Kind) {
             assert_eq!(run.state, RunState::Completed, "{run:#?}");
         }
     }
+    // Rotations are bounded: at most 16 keys are trusted at once.
+    let mut rotations = 0;
+    let refusal = loop {
+        let (status, body) = admin.post("/api/v1/ticket-keys", json!({})).await;
+        if status != 200 {
+            break (status, body);
+        }
+        rotations += 1;
+        assert!(rotations < 100, "rotations never refused");
+    };
+    assert_eq!(refusal.0, 409, "{}", refusal.1);
+    assert_eq!(rotations, 15, "one key was trusted, 16 may be");
+    let (_, body) = admin.get("/api/v1/ticket-keys").await;
+    let trusted = key_states(&body)
+        .iter()
+        .filter(|state| **state != "retired")
+        .count();
+    assert_eq!(trusted, 16, "{body}");
+
     let _ = stop.send(true);
     for agent in agents {
         agent.await.unwrap().expect("agent ran without error");

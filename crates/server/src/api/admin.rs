@@ -10,7 +10,9 @@ use vantage_model::units::parse_duration;
 
 use super::common::{parse_body, ApiError, ApiResult, AppState, Caller};
 use crate::archive::{from_us, now_us, token_id, TOKEN_ID_LEN};
-use crate::ticket_keys::{DEFAULT_ACTIVATE_IN, DEFAULT_RETIRE_PREVIOUS_IN, MAX_ROTATION_DELAY};
+use crate::ticket_keys::{
+    DEFAULT_ACTIVATE_IN, DEFAULT_RETIRE_PREVIOUS_IN, MAX_ROTATION_DELAY, MAX_TRUSTED_KEYS,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -165,6 +167,16 @@ pub(super) async fn rotate_ticket_key(
         return Err(ApiError::bad_request(
             "field 'retire_previous_in': must not be shorter than 'activate_in', \
              or no trusted key would sign in between",
+        ));
+    }
+    let trusted = state.keyring().await?.trusted_public_keys(now_us()).len();
+    if trusted >= MAX_TRUSTED_KEYS {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "{trusted} ticket keys are trusted already, the most there may be; \
+                 rotate again once older keys retire (GET /api/v1/ticket-keys lists when)"
+            ),
         ));
     }
     let (generation, keyring) = state
