@@ -310,9 +310,16 @@ fn within(a: f64, b: f64, tolerance: f64) -> bool {
     (a - b).abs() / b <= tolerance
 }
 
+/// The method needs a UDP sender that over-drives the path by at least 3 % (its
+/// over-rate probe starts at 1.25 × the TCP rate). Through three namespaces on a 2-core
+/// VM, where the sender's system calls also carry the router's forwarding, a sender
+/// reached only 200–207 Mbit/s: at a 200 Mbit/s shaper the probe then rightly reports
+/// `over_capacity_reached: false`. Rates stay where this machine over-drives them.
+const CAPACITY_TEST_RATES_MBIT: [u32; 2] = [50, 120];
+
 #[test]
 fn capacity_is_within_3_percent_of_the_shaped_rate() {
-    for rate_mbit in [50u32, 200] {
+    for rate_mbit in CAPACITY_TEST_RATES_MBIT {
         let path = ShapedPath::new(rate_mbit);
         let servers = Servers::start(&path);
         let mut spec = default_spec(&Target {
@@ -350,12 +357,13 @@ fn capacity_is_within_3_percent_of_the_shaped_rate() {
 }
 
 /// `reverse` measures the other direction (the downlink, the target sending): on a
-/// 50/200 Mbit/s asymmetric path, forward finds the uplink and reverse the downlink.
+/// 50/120 Mbit/s asymmetric path, forward finds the uplink and reverse the downlink.
 #[test]
 fn capacity_reverse_measures_the_downlink() {
-    let path = ShapedPath::asymmetric(50, 200);
+    let [up_mbit, down_mbit] = CAPACITY_TEST_RATES_MBIT;
+    let path = ShapedPath::asymmetric(up_mbit, down_mbit);
     let servers = Servers::start(&path);
-    for (reverse, rate_mbit) in [(false, 50u32), (true, 200)] {
+    for (reverse, rate_mbit) in [(false, up_mbit), (true, down_mbit)] {
         let mut spec = default_spec(&Target {
             host: SERVER_IP.to_string(),
             port: servers.native_port,
