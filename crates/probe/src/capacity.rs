@@ -29,9 +29,6 @@ const VERIFY_STEP_DOWN: f64 = 0.01;
 const VERIFY_TRIES: usize = 5;
 /// A probe whose achieved rate is below this share of its target was sender-limited.
 const SENDER_SHORT_SHARE: f64 = 0.98;
-/// How many times an over-rate probe that was sender-limited without overflowing the
-/// path is repeated at the same rate before the sender counts as the limit.
-const SENDER_SHORT_REPEATS: usize = 2;
 /// Tolerance of each ≤ in the bound (RTT and windows are interval means).
 const BOUND_TOLERANCE: f64 = 1.1;
 
@@ -250,38 +247,6 @@ pub fn bound_check(single: &TcpRun, capacity_bps: f64) -> BoundCheck {
     }
 }
 
-/// What the over-rate ramp does after a probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RampStep {
-    /// The same rate again: the sender fell short without the path dropping anything,
-    /// so the probe learnt nothing about the path (the sender lost its CPU for a
-    /// moment, say); at most [`SENDER_SHORT_REPEATS`] times in a ramp.
-    Repeat,
-    /// Twice the rate: the path carried everything.
-    Double,
-    /// This probe is the over-rate probe: the path dropped part of it, the sender
-    /// stayed short, or the ramp reached its bounds.
-    Stop,
-}
-
-/// Decides the ramp's next step after `probe`, the `steps`-th rate tried (repeats
-/// not counted) with `repeats` repeats so far (pure).
-pub fn next_ramp_step(probe: &UdpProbe, steps: usize, repeats: usize) -> RampStep {
-    let dropped = probe.received_bps < OVER_CAPACITY_SHARE * probe.sent_bps;
-    let sender_short = probe.sent_bps < SENDER_SHORT_SHARE * probe.target_rate_bps;
-    if sender_short && !dropped && repeats < SENDER_SHORT_REPEATS {
-        RampStep::Repeat
-    } else if dropped
-        || sender_short
-        || steps >= MAX_RAMP_PROBES
-        || probe.target_rate_bps * 2.0 > MAX_PROBE_RATE_BPS
-    {
-        RampStep::Stop
-    } else {
-        RampStep::Double
-    }
-}
-
 /// Runs the whole method against a vantage endpoint.
 pub fn run_capacity(
     spec: &CapacitySpec,
@@ -296,19 +261,20 @@ pub fn run_capacity(
 
     let mut probes = Vec::new();
     let mut rate = (tcp_single.received_bps.max(tcp_parallel.received_bps) * 1.25).max(1e6);
-    let mut repeats = 0;
     let over = loop {
         progress(&format!("UDP over-rate probe at {:.1} Mbit/s", rate / 1e6));
         let probe = udp_probe(spec, "ramp", rate, headers)?;
         probes.push(probe.clone());
-        match next_ramp_step(&probe, probes.len() - repeats, repeats) {
-            RampStep::Repeat => {
-                repeats += 1;
-                progress("the sender fell short of the rate; repeating the probe");
-            }
-            RampStep::Double => rate *= 2.0,
-            RampStep::Stop => break probe,
+        let dropped = probe.received_bps < OVER_CAPACITY_SHARE * probe.sent_bps;
+        let sender_short = probe.sent_bps < SENDER_SHORT_SHARE * rate;
+        if dropped
+            || sender_short
+            || probes.len() >= MAX_RAMP_PROBES
+            || rate * 2.0 > MAX_PROBE_RATE_BPS
+        {
+            break probe;
         }
+        rate *= 2.0;
     };
     if let Some(last) = probes.last_mut() {
         last.purpose = "over_rate".to_string();
@@ -385,50 +351,6 @@ mod tests {
             retransmits: Some(0),
             limited_by: LimitedBy::Unknown,
         }
-    }
-
-    fn probe(target_mbit: f64, sent_mbit: f64, received_mbit: f64) -> UdpProbe {
-        UdpProbe {
-            purpose: "ramp".into(),
-            target_rate_bps: target_mbit * 1e6,
-            sent_bps: sent_mbit * 1e6,
-            received_bps: received_mbit * 1e6,
-            sent_packets: 1000,
-            received_packets: 1000,
-            loss_ratio: 0.0,
-        }
-    }
-
-    #[test]
-    fn the_ramp_repeats_a_short_sender_twice_then_takes_it_as_the_limit() {
-        // Seen on a busy 2-core machine: 238.7 Mbit/s asked, 202 sent, 198 carried by a
-        // 200 Mbit/s path: nothing learnt about the path, so the same rate again.
-        let short = probe(238.7, 202.1, 198.1);
-        assert_eq!(next_ramp_step(&short, 1, 0), RampStep::Repeat);
-        assert_eq!(next_ramp_step(&short, 1, 1), RampStep::Repeat);
-        assert_eq!(next_ramp_step(&short, 1, 2), RampStep::Stop);
-        // Dropped by the path: the over-rate probe, even when the sender was short too.
-        assert_eq!(
-            next_ramp_step(&probe(238.7, 238.6, 198.0), 1, 0),
-            RampStep::Stop
-        );
-        assert_eq!(
-            next_ramp_step(&probe(238.7, 220.0, 198.0), 1, 0),
-            RampStep::Stop
-        );
-        // Carried in full: double, up to the ramp's bounds.
-        assert_eq!(
-            next_ramp_step(&probe(100.0, 100.0, 99.9), 1, 0),
-            RampStep::Double
-        );
-        assert_eq!(
-            next_ramp_step(&probe(100.0, 100.0, 99.9), MAX_RAMP_PROBES, 0),
-            RampStep::Stop
-        );
-        assert_eq!(
-            next_ramp_step(&probe(60_000.0, 60_000.0, 60_000.0), 1, 0),
-            RampStep::Stop
-        );
     }
 
     #[test]
