@@ -452,25 +452,21 @@ fn field_path(path: &serde_path_to_error::Path) -> String {
     };
     let mut rendered = String::new();
     for segment in path.iter() {
-        match segment {
-            Segment::Seq { index } => rendered.push_str(&format!("[{index}]")),
+        let name = match segment {
+            Segment::Seq { index } => {
+                rendered.push_str(&format!("[{index}]"));
+                continue;
+            }
+            Segment::Map { key } | Segment::Enum { variant: key } if plain(key) => key.clone(),
             Segment::Map { key } | Segment::Enum { variant: key } => {
-                if !rendered.is_empty() {
-                    rendered.push('.');
-                }
-                if plain(key) {
-                    rendered.push_str(key);
-                } else {
-                    rendered.push_str(&serde_json::to_string(key).expect("a string serialises"));
-                }
+                serde_json::to_string(key).expect("a string serialises")
             }
-            Segment::Unknown => {
-                if !rendered.is_empty() {
-                    rendered.push('.');
-                }
-                rendered.push('?');
-            }
+            Segment::Unknown => "?".to_string(),
+        };
+        if !rendered.is_empty() {
+            rendered.push('.');
         }
+        rendered.push_str(&name);
     }
     if rendered.is_empty() {
         rendered.push('.');

@@ -75,8 +75,8 @@ impl Keyring {
         &self.signing(now_us).signer
     }
 
-    pub fn state(&self, key: &TicketKey, now_us: i64) -> KeyState {
-        let signing = self.signing(now_us).generation;
+    /// What `key` does at `now_us`, given the generation signing then.
+    fn state(key: &TicketKey, signing: i64, now_us: i64) -> KeyState {
         if key
             .retired_us
             .is_some_and(|retired_us| retired_us <= now_us)
@@ -93,20 +93,22 @@ impl Keyring {
 
     /// The public keys (hex) agents should trust at `now_us`: all but the retired.
     pub fn trusted_public_keys(&self, now_us: i64) -> Vec<String> {
+        let signing = self.signing(now_us).generation;
         self.keys
             .iter()
-            .filter(|key| self.state(key, now_us) != KeyState::Retired)
+            .filter(|key| Self::state(key, signing, now_us) != KeyState::Retired)
             .map(|key| key.signer.public_key_hex())
             .collect()
     }
 
     pub fn describe(&self, now_us: i64) -> Vec<KeyInfo> {
+        let signing = self.signing(now_us).generation;
         self.keys
             .iter()
             .map(|key| KeyInfo {
                 generation: key.generation,
                 public_key: key.signer.public_key_hex(),
-                state: self.state(key, now_us),
+                state: Self::state(key, signing, now_us),
                 created: from_us(key.created_us),
                 signs_from: from_us(key.signs_from_us),
                 retired: key.retired_us.map(from_us),

@@ -6,9 +6,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use vantage_model::control::Role;
-use vantage_model::units::parse_duration;
 
-use super::common::{parse_body, ApiError, ApiResult, AppState, Caller};
+use super::common::{parse_body, parse_duration_field, ApiError, ApiResult, AppState, Caller};
 use crate::archive::{from_us, now_us, token_id, TOKEN_ID_LEN};
 use crate::ticket_keys::{
     DEFAULT_ACTIVATE_IN, DEFAULT_RETIRE_PREVIOUS_IN, MAX_ROTATION_DELAY, MAX_TRUSTED_KEYS,
@@ -39,8 +38,7 @@ pub(super) async fn create_token(
     let expires_us = match &request.expires_in {
         None => None,
         Some(text) => {
-            let lifetime = parse_duration(text)
-                .map_err(|error| ApiError::bad_request(format!("field 'expires_in': {error}")))?;
+            let lifetime = parse_duration_field("expires_in", text)?;
             if lifetime.is_zero() {
                 return Err(ApiError::bad_request(
                     "field 'expires_in': a token must live longer than 0 s",
@@ -104,8 +102,7 @@ pub(super) async fn retention(
 ) -> ApiResult<Json<serde_json::Value>> {
     caller.require(&[])?;
     let request: RetentionRequest = parse_body(&body)?;
-    let keep = parse_duration(&request.keep)
-        .map_err(|error| ApiError::bad_request(format!("field 'keep': {error}")))?;
+    let keep = parse_duration_field("keep", &request.keep)?;
     let cutoff_us = now_us() - i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
     let report = state.archive.apply_retention(cutoff_us).await?;
     Ok(Json(
@@ -146,16 +143,18 @@ pub(super) async fn rotate_ticket_key(
     } else {
         parse_body(&body)?
     };
-    let delay = |field: &str, text: &Option<String>, default| match text {
-        None => Ok(default),
-        Some(text) => match parse_duration(text) {
-            Ok(delay) if delay <= MAX_ROTATION_DELAY => Ok(delay),
-            Ok(_) => Err(ApiError::bad_request(format!(
+    let delay = |field: &str, text: &Option<String>, default| {
+        let Some(text) = text else {
+            return Ok(default);
+        };
+        let delay = parse_duration_field(field, text)?;
+        if delay > MAX_ROTATION_DELAY {
+            return Err(ApiError::bad_request(format!(
                 "field '{field}': at most {} days",
                 MAX_ROTATION_DELAY.as_secs() / 86_400
-            ))),
-            Err(error) => Err(ApiError::bad_request(format!("field '{field}': {error}"))),
-        },
+            )));
+        }
+        Ok(delay)
     };
     let activate_in = delay("activate_in", &rotation.activate_in, DEFAULT_ACTIVATE_IN)?;
     let retire_previous_in = delay(

@@ -167,6 +167,12 @@ pub(super) fn parse_query<T: DeserializeOwned>(uri: &Uri) -> ApiResult<T> {
         .map_err(|error| ApiError::bad_request(format!("invalid query string: {error}")))
 }
 
+/// A duration field of a request body (`30s`, `720h`); the error names the field.
+pub(super) fn parse_duration_field(name: &str, text: &str) -> ApiResult<std::time::Duration> {
+    vantage_model::units::parse_duration(text)
+        .map_err(|error| ApiError::bad_request(format!("field '{name}': {error}")))
+}
+
 pub(super) fn parse_time(name: &str, text: Option<&str>) -> ApiResult<Option<i64>> {
     text.map(|text| {
         chrono::DateTime::parse_from_rfc3339(text)
