@@ -22,6 +22,7 @@ pub static ENGINES: &[(&TestKind, Engine)] = &[
     (&kinds::capacity::KIND, capacity),
     (&kinds::sandwich::KIND, sandwich),
     (&kinds::trace::KIND, trace),
+    (&kinds::health::KIND, health),
 ];
 
 /// Names of the kinds this agent can run as a client.
@@ -89,6 +90,12 @@ fn trace(spec: &Spec<'_>, target: &Target, _: &AssignedRun) -> Result<Value, Str
     vantage_probe::trace::run_trace(&spec)
         .map(to_json)
         .map_err(|error| error.to_string())
+}
+
+fn health(spec: &Spec<'_>, target: &Target, run: &AssignedRun) -> Result<Value, String> {
+    let spec = kinds::health::engine_spec(spec, target).map_err(spec_error)?;
+    let ticket = run.ticket.as_ref().map(|ticket| ticket.ticket.clone());
+    Ok(to_json(vantage_probe::health::run_health(&spec, ticket)))
 }
 
 /// Runs the measurement (blocking: call from `spawn_blocking`) and describes the outcome.
@@ -247,11 +254,8 @@ mod tests {
     }
 
     #[test]
-    fn every_kind_with_an_engine_is_a_capability() {
-        assert_eq!(
-            capabilities(),
-            vec!["latency", "throughput", "capacity", "sandwich", "trace"]
-        );
+    fn every_kind_has_an_engine_and_is_a_capability() {
+        assert_eq!(capabilities(), kinds::names());
     }
 
     #[test]

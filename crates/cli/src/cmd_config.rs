@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use vantage_model::config::load_config;
 
+use crate::connection::ServerConnection;
+
 #[derive(Args, Debug)]
 pub struct ConfigArgs {
     #[command(subcommand)]
@@ -20,15 +22,8 @@ pub enum ConfigCommand {
     /// Validate a configuration file and apply it on a server.
     Apply {
         file: PathBuf,
-        /// Server URL, e.g. http://server:8470 or https://server:8470.
-        #[arg(long)]
-        server: String,
-        /// Bearer token with role admin.
-        #[arg(long, env = "VANTAGE_TOKEN", hide_env_values = true)]
-        token: String,
-        /// CA certificate(s) (PEM) to trust for an https:// server, e.g. a private CA's.
-        #[arg(long, value_name = "FILE")]
-        ca_cert: Option<PathBuf>,
+        #[command(flatten)]
+        connection: ServerConnection,
     },
 }
 
@@ -65,33 +60,22 @@ fn execute(command: ConfigCommand) -> Result<String, String> {
             load(&file)?;
             Ok(format!("{}: valid", file.display()))
         }
-        ConfigCommand::Apply {
-            file,
-            server,
-            token,
-            ca_cert,
-        } => {
+        ConfigCommand::Apply { file, connection } => {
             let document = load(&file)?;
             let runtime = tokio::runtime::Runtime::new()
                 .map_err(|error| format!("cannot start the runtime: {error}"))?;
-            let version =
-                runtime.block_on(apply(&server, &token, ca_cert.as_deref(), &document))?;
+            let version = runtime.block_on(apply(&connection, &document))?;
             Ok(format!("{}: applied as version {version}", file.display()))
         }
     }
 }
 
-async fn apply(
-    server: &str,
-    token: &str,
-    ca_cert: Option<&std::path::Path>,
-    document: &serde_json::Value,
-) -> Result<i64, String> {
-    let url = format!("{}/api/v1/config", server.trim_end_matches('/'));
-    let client = vantage_agent::client::http_client(ca_cert).map_err(|error| error.to_string())?;
-    let response = client
+async fn apply(connection: &ServerConnection, document: &serde_json::Value) -> Result<i64, String> {
+    let url = connection.url("/api/v1/config");
+    let response = connection
+        .client()?
         .put(&url)
-        .bearer_auth(token)
+        .bearer_auth(&connection.token)
         .json(document)
         .send()
         .await

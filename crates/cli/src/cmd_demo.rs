@@ -34,9 +34,20 @@ pub struct DemoArgs {
     /// Seconds between summaries (DUR).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub summary_every: Duration,
+    /// Run the demo in an emulated network instead (as root): a lab scenario (a
+    /// topology file, or cloud-zones, gigabit-app, two-hosts) with an agent in each
+    /// measurement point and the health bundle (Chard et al., FGCS 2015) as a mesh.
+    #[arg(long, value_name = "SCENARIO")]
+    pub lab: Option<String>,
+    /// With --lab: period of the health rounds (DUR).
+    #[arg(long, default_value = "1m", value_parser = parse_duration, requires = "lab")]
+    pub health_every: Duration,
 }
 
 pub fn run(args: DemoArgs) -> ExitCode {
+    if let Some(scenario) = args.lab.clone() {
+        return crate::demo_lab::run(&scenario, &args);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -72,12 +83,27 @@ fn demo_config(args: &DemoArgs) -> serde_json::Value {
     })
 }
 
-async fn demo(args: DemoArgs) -> anyhow::Result<()> {
-    let workdir = tempfile::Builder::new().prefix("vantage-demo-").tempdir()?;
-    let database = format!("sqlite://{}", workdir.path().join("vantage.db").display());
+/// A new token with `role`, named `name` (an agent's token is named after it).
+pub(crate) async fn mint_token(
+    server: &RunningServer,
+    name: &str,
+    role: Role,
+) -> anyhow::Result<String> {
+    let token = vantage_server::new_token();
+    server.state.archive.add_token(&token, name, role).await?;
+    Ok(token)
+}
+
+/// The demo's server: SQLite in `workdir`, a fast planner loop; with the archive's
+/// location and a reader token to print.
+pub(crate) async fn start_server(
+    workdir: &std::path::Path,
+    listen: std::net::SocketAddr,
+) -> anyhow::Result<(RunningServer, String, String)> {
+    let database = format!("sqlite://{}", workdir.join("vantage.db").display());
     let server = service::start(ServerOptions {
         database_url: database.clone(),
-        listen: args.listen,
+        listen,
         admin_token: None,
         planner: PlannerOptions {
             tick: Duration::from_secs(1),
@@ -89,24 +115,67 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         tls: None,
     })
     .await?;
-    let reader_token = vantage_server::new_token();
-    server
-        .state
-        .archive
-        .add_token(&reader_token, "demo-reader", Role::Reader)
+    let reader_token = mint_token(&server, "demo-reader", Role::Reader).await?;
+    Ok((server, database, reader_token))
+}
+
+/// Applies the demo's configuration through the API, as an operator would.
+pub(crate) async fn apply_config(
+    server: &RunningServer,
+    config: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let applied = reqwest::Client::new()
+        .put(format!("{}/api/v1/config", server.url()))
+        .bearer_auth(&server.admin_token)
+        .json(config)
+        .send()
         .await?;
+    if !applied.status().is_success() {
+        anyhow::bail!(
+            "the demo configuration was refused: {}",
+            applied.text().await.unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// Waits for the end of the demo (its duration, Ctrl-C or SIGTERM), calling `summary`
+/// every `every`.
+pub(crate) async fn summaries_until_stopped<F: std::future::Future<Output = ()>>(
+    every: Duration,
+    duration: Option<Duration>,
+    mut summary: impl FnMut() -> F,
+) {
+    let deadline = duration.map(|duration| tokio::time::Instant::now() + duration);
+    let stop_signal = crate::daemon::wait_for_stop_signal();
+    tokio::pin!(stop_signal);
+    loop {
+        let pause = tokio::time::sleep(every);
+        let until_deadline = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = pause => summary().await,
+            _ = until_deadline => break,
+            _ = &mut stop_signal => break,
+        }
+    }
+    summary().await;
+}
+
+async fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    let workdir = tempfile::Builder::new().prefix("vantage-demo-").tempdir()?;
+    let (server, database, reader_token) = start_server(workdir.path(), args.listen).await?;
 
     let (stop_agents, agents_stopped) = tokio::sync::watch::channel(false);
     let mut agent_tasks = Vec::new();
     for index in 1..=args.agents {
         // One token per agent: a token acts only as the agent it is named for.
         let name = format!("agent-{index}");
-        let agent_token = vantage_server::new_token();
-        server
-            .state
-            .archive
-            .add_token(&agent_token, &name, Role::Agent)
-            .await?;
+        let agent_token = mint_token(&server, &name, Role::Agent).await?;
         let mut options = AgentOptions::new(
             &server.url(),
             &agent_token,
@@ -120,18 +189,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
             let _ = stopped.wait_for(|stop| *stop).await;
         })));
     }
-    let applied = reqwest::Client::new()
-        .put(format!("{}/api/v1/config", server.url()))
-        .bearer_auth(&server.admin_token)
-        .json(&demo_config(&args))
-        .send()
-        .await?;
-    if !applied.status().is_success() {
-        anyhow::bail!(
-            "the demo configuration was refused: {}",
-            applied.text().await.unwrap_or_default()
-        );
-    }
+    apply_config(&server, &demo_config(&args)).await?;
 
     let url = server.url();
     println!(
@@ -153,26 +211,10 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     );
 
     let started_us = now_us();
-    let deadline = args
-        .duration
-        .map(|duration| tokio::time::Instant::now() + duration);
-    let stop_signal = crate::daemon::wait_for_stop_signal();
-    tokio::pin!(stop_signal);
-    loop {
-        let pause = tokio::time::sleep(args.summary_every);
-        let until_deadline = async {
-            match deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = pause => print_summary(&server, started_us).await,
-            _ = until_deadline => break,
-            _ = &mut stop_signal => break,
-        }
-    }
-    print_summary(&server, started_us).await;
+    summaries_until_stopped(args.summary_every, args.duration, || {
+        print_summary(&server, started_us)
+    })
+    .await;
     let _ = stop_agents.send(true);
     for task in agent_tasks {
         match task.await {
@@ -183,6 +225,23 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     }
     server.shutdown().await?;
     Ok(())
+}
+
+/// The time of day, for summary headers.
+pub(crate) fn clock() -> String {
+    chrono::Utc::now().format("%H:%M:%S").to_string()
+}
+
+/// How many runs are in each state, as `state count` words.
+pub(crate) fn run_counts(runs: &[vantage_server::archive::RunRecord]) -> Vec<String> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for run in runs {
+        *counts.entry(run.state.as_str()).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(state, count)| format!("{state} {count}"))
+        .collect()
 }
 
 /// The newest latency and throughput result of one (client, server) pair.
@@ -202,19 +261,8 @@ async fn print_summary(server: &RunningServer, started_us: i64) {
             return;
         }
     };
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for run in &runs {
-        *counts.entry(run.state.as_str()).or_default() += 1;
-    }
-    let counted: Vec<String> = counts
-        .iter()
-        .map(|(state, count)| format!("{state} {count}"))
-        .collect();
-    println!(
-        "-- {} -- runs: {}",
-        chrono::Utc::now().format("%H:%M:%S"),
-        counted.join(", ")
-    );
+    let counted = run_counts(&runs);
+    println!("-- {} -- runs: {}", clock(), counted.join(", "));
     let mut pairs: BTreeMap<(String, String), PairLatest> = BTreeMap::new();
     for result in &latest {
         let entry = pairs

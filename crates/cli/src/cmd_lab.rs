@@ -177,7 +177,7 @@ fn print_status(status: &LabStatus) {
     }
 }
 
-fn forwarder_command() -> Result<ForwarderCommand, String> {
+pub(crate) fn forwarder_command() -> Result<ForwarderCommand, String> {
     let program =
         std::env::current_exe().map_err(|e| format!("cannot locate the vantage binary: {e}"))?;
     Ok(ForwarderCommand {

@@ -5,6 +5,7 @@ mod cmd_capacity;
 mod cmd_config;
 mod cmd_demo;
 mod cmd_endpoint;
+mod cmd_health;
 mod cmd_lab;
 mod cmd_latency;
 mod cmd_sandwich;
@@ -12,7 +13,9 @@ mod cmd_server;
 mod cmd_throughput;
 mod cmd_ticket;
 mod cmd_trace;
+mod connection;
 mod daemon;
+mod demo_lab;
 
 use clap::{Parser, Subcommand};
 
@@ -52,6 +55,8 @@ enum Command {
     Trace(cmd_trace::TraceArgs),
     /// Server, three agents and a small mesh on this machine, with a live summary.
     Demo(cmd_demo::DemoArgs),
+    /// Network health (Chard et al., FGCS 2015): pair matrix, healthiest hosts, weight refitting.
+    Health(cmd_health::HealthArgs),
     /// Signing keys and test tickets for standalone endpoints (`vantage endpoint --authorized-keys`).
     Ticket(cmd_ticket::TicketArgs),
 }
@@ -71,6 +76,7 @@ fn main() -> std::process::ExitCode {
         Command::Trace(args) => cmd_trace::run(args),
         Command::Demo(args) => cmd_demo::run(args),
         Command::Ticket(args) => cmd_ticket::run(args),
+        Command::Health(args) => cmd_health::run(args),
     }
 }
 

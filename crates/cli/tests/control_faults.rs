@@ -10,6 +10,8 @@
 #[path = "../../server/tests/common/mod.rs"]
 mod common;
 
+mod support;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,12 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::{Kind, TestDb};
 use serde_json::json;
-
-fn vantage_bin() -> PathBuf {
-    std::env::var_os("VANTAGE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vantage")))
-}
+use support::vantage_bin;
 
 /// A child process killed (SIGKILL) and reaped on drop, so a failing test leaves none behind.
 struct Proc(Child);

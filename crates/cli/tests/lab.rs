@@ -2,11 +2,14 @@
 //! Every lab gets a unique name and a guard that takes it down even when the test fails.
 //! Traffic stays inside the labs' own namespaces.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
+use support::{is_root, vantage_bin};
 
 /// Tests in this binary build namespaces and measure delay: one at a time (nextest runs them in
 /// the `serial-network` group; this lock covers plain `cargo test`).
@@ -18,12 +21,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn vantage_bin() -> PathBuf {
-    std::env::var_os("VANTAGE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vantage")))
-}
-
 fn scenario(name: &str) -> String {
     format!("{}/../../lab/scenarios/{name}", env!("CARGO_MANIFEST_DIR"))
 }
@@ -33,17 +30,6 @@ fn require_root() {
         is_root(),
         "these tests build network namespaces and need root (CI runs them as root)"
     );
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            let uid_line = status.lines().find(|l| l.starts_with("Uid:"))?;
-            // Real, effective, saved, filesystem: the effective one decides.
-            uid_line.split_whitespace().nth(2).map(|uid| uid == "0")
-        })
-        .unwrap_or(false)
 }
 
 fn vantage(args: &[&str]) -> Output {

@@ -7,6 +7,7 @@ pub mod addr;
 pub mod forwarder;
 pub mod impairment;
 pub mod lab;
+pub mod management;
 pub mod netns;
 pub mod routing;
 pub mod state;

@@ -75,6 +75,11 @@ struct RawNode {
     #[serde(default)]
     kind: NodeKind,
     description: Option<String>,
+    /// Whether `vantage demo --lab` runs an agent here (default: hosts yes, routers no).
+    measure: Option<bool>,
+    /// Tags the node's agent registers with (`zone`, `site`, `segment`…).
+    #[serde(default)]
+    tags: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -171,6 +176,11 @@ pub struct Node {
     pub name: String,
     pub kind: NodeKind,
     pub description: Option<String>,
+    /// A measurement point: `vantage demo --lab` runs an agent here.
+    #[serde(default)]
+    pub measure: bool,
+    #[serde(default)]
+    pub tags: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -376,10 +386,20 @@ impl Topology {
             if !names.insert(node.name.clone()) {
                 return Err(error(path, format!("\"{}\" is declared twice", node.name)));
             }
+            for (key, value) in &node.tags {
+                if key.is_empty() || value.is_empty() || key.contains('=') {
+                    return Err(error(
+                        format!("nodes[{i}].tags"),
+                        format!("tag \"{key}\" = \"{value}\" needs a non-empty key without '=' and a non-empty value"),
+                    ));
+                }
+            }
             nodes.push(Node {
                 name: node.name,
                 kind: node.kind,
                 description: node.description,
+                measure: node.measure.unwrap_or(node.kind == NodeKind::Host),
+                tags: node.tags,
             });
         }
         if nodes.is_empty() {

@@ -1022,11 +1022,14 @@ fn validate_test(path: &str, test: &TestConfig, errors: &mut Vec<ConfigError>) -
         ));
         return None;
     }
+    let scheduling = test
+        .scheduling
+        .unwrap_or_else(|| kind.0.scheduling_for(&spec));
     Some(TestDef {
         name: test.name.clone(),
         kind,
         spec: Value::Object(spec),
-        scheduling: test.scheduling.unwrap_or(kind.scheduling),
+        scheduling,
         reserve,
     })
 }
@@ -1060,7 +1063,7 @@ type = "latency"
     #[test]
     fn documented_example_validates_with_defaults_filled_in() {
         let (config, validated) = load_config("mesh.toml", EXAMPLE_TOML).expect("example is valid");
-        assert_eq!(config.tasks.len(), 9);
+        assert_eq!(config.tasks.len(), 10);
         // Every test kind appears in the example.
         let kinds: BTreeSet<&str> = validated.tests.iter().map(|t| t.kind.as_str()).collect();
         assert_eq!(kinds, crate::kinds::names().into_iter().collect());

@@ -3,6 +3,7 @@
 //! - [`endpoint`]: the `vantage endpoint` service (TWAMP-Light reflector, TCP service).
 //! - [`latency`]: the latency engines (UDP TWAMP-Light sender, TCP, ICMP echo).
 //! - [`sandwich`]: sandwich probing (Chard et al., FGCS 2015).
+//! - [`health`]: the health probe bundle of the same paper (every indicator towards one peer).
 //! - [`throughput`], [`capacity`], [`iperf3`]: TCP/UDP throughput with the `limited_by`
 //!   verdict, the capacity method of Rufini et al. (Fotonica 2014), the iperf3 protocol both ways.
 //! - [`tcp_info`], [`cpu`], [`pacing`]: TCP_INFO decoding, measuring-thread CPU
@@ -15,6 +16,7 @@ pub mod clock;
 pub mod cpu;
 pub mod deadline;
 pub mod endpoint;
+pub mod health;
 pub mod iperf3;
 pub mod latency;
 pub mod mtu;

@@ -13,8 +13,6 @@ use std::time::Duration;
 
 use vantage_model::ticket::{TestTicket, TicketClaims, TicketVerifier};
 
-/// Test kinds a ticket may open the throughput service for.
-const THROUGHPUT_KINDS: [&str; 2] = ["throughput", "capacity"];
 /// Runs (and presenting addresses) remembered at once; tickets are short-lived, so
 /// expired entries make room.
 const MAX_TRACKED: usize = 10_000;
@@ -108,7 +106,8 @@ impl TicketGate {
                 claims.server, self.label
             ));
         }
-        if !THROUGHPUT_KINDS.contains(&claims.test.as_str()) {
+        let bulk = vantage_model::kinds::find(&claims.test).is_some_and(|kind| kind.bulk_transfer);
+        if !bulk {
             return Err(format!(
                 "the ticket is for a {} test, not a throughput test",
                 claims.test

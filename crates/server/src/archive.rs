@@ -1351,6 +1351,32 @@ impl Archive {
         self.with_metrics(results).await
     }
 
+    /// The newest completed result of each (client, server) for `test` that started
+    /// at or after `since_us`, with its raw document and metrics.
+    pub async fn latest_of_test(
+        &self,
+        test: &str,
+        since_us: i64,
+    ) -> Result<Vec<StoredResult>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT r.run_id, r.test, r.client, r.server, r.start_us, r.end_us, r.outcome, r.error, r.raw \
+             FROM results r JOIN (SELECT client, server, MAX(start_us) AS newest FROM results \
+             WHERE test = $1 AND outcome = 'completed' AND start_us >= $2 GROUP BY client, server) n \
+             ON r.client = n.client AND r.server = n.server AND r.start_us = n.newest \
+             WHERE r.test = $1 AND r.outcome = 'completed' ORDER BY r.client, r.server",
+        )
+        .bind(test)
+        .bind(since_us)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading the latest results of a test"))?;
+        let results = rows
+            .iter()
+            .map(|row| result_from_row(row, true))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.with_metrics(results).await
+    }
+
     // ---- app metrics -----------------------------------------------------------
 
     pub async fn add_app_metrics(

@@ -7,6 +7,7 @@ pub mod archivers;
 pub mod config_store;
 pub mod dispatch;
 pub mod events;
+pub mod health;
 pub mod http;
 pub mod ingest;
 pub mod openapi;

@@ -8,10 +8,12 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+use vantage_analysis::health::MarkerSettings;
 
 use crate::archive::{now_us, Archive, ArchiveError, TokenGrant};
 use crate::archivers::ArchiverQueue;
 use crate::events::{Event, EventBus};
+use crate::health::HealthMarkers;
 use crate::ingest::{IngestPipeline, ResultConsumer};
 use crate::path_changes::PathChanges;
 use crate::supervisor::TaskHealth;
@@ -50,6 +52,11 @@ impl ServerState {
             Box::new(PathChanges {
                 archive: archive.clone(),
                 events: Arc::clone(&events),
+            }),
+            Box::new(HealthMarkers {
+                archive: archive.clone(),
+                events: Arc::clone(&events),
+                settings: MarkerSettings::default(),
             }),
         ];
         let ticket_keys = RwLock::new((

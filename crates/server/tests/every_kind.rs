@@ -105,7 +105,8 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "downlink", "type": "capacity", "spec": {"reverse": true, "tcp_duration": "500ms", "udp_probe_duration": "300ms", "tcp_streams": 2}},
             {"name": "queue", "type": "sandwich", "spec": {"count": 5, "interval": "20ms", "timeout": "500ms"}},
             {"name": "route", "type": "trace", "spec": {"max_ttl": 4, "queries": 2, "timeout": "500ms"}},
-            {"name": "route-icmp", "type": "trace", "spec": {"protocol": "icmp", "max_ttl": 4, "queries": 2, "timeout": "500ms"}}
+            {"name": "route-icmp", "type": "trace", "spec": {"protocol": "icmp", "max_ttl": 4, "queries": 2, "timeout": "500ms"}},
+            {"name": "bundle", "type": "health", "spec": {"count": 3, "interval": "10ms", "timeout": "500ms", "throughput_duration": "500ms"}}
         ],
         "tasks": [
             {"name": "lat", "test": "rtt", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
@@ -117,7 +118,8 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "cap", "test": "downlink", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
             {"name": "sandwich", "test": "queue", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
             {"name": "trace-agents", "test": "route", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
-            {"name": "trace-ext", "test": "route-icmp", "group": "to-host", "every": "1m", "offset": offset, "slip": "40s"}
+            {"name": "trace-ext", "test": "route-icmp", "group": "to-host", "every": "1m", "offset": offset, "slip": "40s"},
+            {"name": "health", "test": "bundle", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"}
         ]
     });
     let (status, body) = admin.call("PUT", "/api/v1/config", Some(config)).await;
@@ -136,6 +138,7 @@ async fn every_kind_scenario(kind: Kind) {
         "sandwich",
         "trace-agents",
         "trace-ext",
+        "health",
     ]
     .into();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -259,6 +262,10 @@ async fn every_kind_scenario(kind: Kind) {
     assert!(metric("tput-ext-iperf3", "received_bps") > 1e6);
     assert!(metric("cap", "capacity_bps") > 1e6);
     assert!(metric("sandwich", "sandwich_lost_rounds") == 0.0);
+    // The health bundle's throughput part ran under the run's ticket; the server
+    // evaluated its markers (a first round has only the timeout marker to evaluate).
+    assert!(metric("health", "health_throughput_bps") > 1e6);
+    assert_eq!(metric("health", "health_marker_timeout"), 0.0);
     for trace in ["trace-agents", "trace-ext"] {
         assert_eq!(metric(trace, "destination_reached"), 1.0, "{trace}");
         assert_eq!(metric(trace, "hop_count"), 1.0, "{trace}");

@@ -9,35 +9,21 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use common::{Api, Kind, TestDb};
+use common::{AgentsGuard, Api, Kind, TestDb};
 use serde_json::json;
 use vantage_scheduler::{find_overlaps, Occupancy};
 use vantage_server::archive::{from_us, now_us, ResultFilter, RunState};
 
-/// Stops the agents even when the test fails half-way.
-struct AgentsGuard(tokio::sync::watch::Sender<bool>);
-
-impl Drop for AgentsGuard {
-    fn drop(&mut self) {
-        let _ = self.0.send(true);
-    }
-}
-
 async fn mesh_scenario(kind: Kind) {
     // Agent and server logs appear in the output of a failing test.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
-            "vantage_agent=debug,vantage_server=info",
-        ))
-        .with_test_writer()
-        .try_init();
+    common::show_logs("vantage_agent=debug,vantage_server=info");
     let db = TestDb::new(kind, "mesh").await;
     let (server, admin) =
         common::start_fleet_server(&db, Duration::from_secs(20), Duration::from_secs(10)).await;
     let spool = tempfile::tempdir().unwrap();
 
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let _guard = AgentsGuard(stop.clone());
+    let _guard = AgentsGuard(vec![stop.clone()]);
     let mut agents = Vec::new();
     for name in ["m1", "m2", "m3", "nat"] {
         agents.push(

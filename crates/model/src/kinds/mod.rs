@@ -9,6 +9,7 @@
 //! instead of matching on kind names.
 
 pub mod capacity;
+pub mod health;
 pub mod latency;
 pub mod sandwich;
 pub(crate) mod spec;
@@ -31,6 +32,7 @@ pub static KINDS: &[&TestKind] = &[
     &capacity::KIND,
     &sandwich::KIND,
     &trace::KIND,
+    &health::KIND,
 ];
 
 /// The kind named `name`.

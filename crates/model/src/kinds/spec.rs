@@ -220,12 +220,16 @@ pub struct TestKind {
     /// One line for help and docs, naming the method and its source.
     pub summary: &'static str,
     pub params: &'static [Param],
-    /// How runs claim resources unless a test says otherwise (pScheduler's
-    /// convention: bulk transfers hold their hosts alone; light probes share).
-    pub scheduling: SchedulingClass,
+    /// How runs with this spec claim resources unless a test says otherwise
+    /// (pScheduler's convention: bulk transfers hold their hosts alone; light
+    /// probes share).
+    pub scheduling: fn(&Spec<'_>) -> SchedulingClass,
     /// Whether the target can be made the sender (`reverse`), so a run between an
     /// agent behind NAT and a reachable one keeps its direction.
     pub reversible: bool,
+    /// Whether runs transfer bulk data to or from the target's endpoint, which an
+    /// agent's endpoint allows only with a ticket for the run.
+    pub bulk_transfer: bool,
     /// Which service of the target a run with this spec talks to.
     pub service: fn(&Spec<'_>) -> Service,
     /// Test time of a run with this spec (without the setup guard); `None` when it
@@ -242,6 +246,11 @@ impl TestKind {
     pub fn service_for(&'static self, spec: &Value) -> Service {
         let empty = Map::new();
         (self.service)(&Spec::new(self, spec.as_object().unwrap_or(&empty)))
+    }
+
+    /// How a run with this normalised spec claims resources by default.
+    pub fn scheduling_for(&'static self, spec: &Map<String, Value>) -> SchedulingClass {
+        (self.scheduling)(&Spec::new(self, spec))
     }
 
     /// The summary metrics present in one of this kind's result documents.

@@ -112,8 +112,9 @@ pub static KIND: TestKind = TestKind {
     summary:
         "TCP/UDP throughput with TCP_INFO per interval and a limited_by verdict (native or iperf3)",
     params: PARAMS,
-    scheduling: SchedulingClass::Exclusive,
+    scheduling: |_| SchedulingClass::Exclusive,
     reversible: true,
+    bulk_transfer: true,
     service,
     estimate,
     check,

@@ -7,6 +7,7 @@ mod agents;
 mod app;
 mod common;
 mod config;
+mod health;
 mod results;
 
 use axum::extract::State;
@@ -45,6 +46,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/alerts"),
     ("get", "/api/v1/subscribe"),
     ("post", "/api/v1/retention"),
+    ("get", "/api/v1/health/matrix"),
+    ("get", "/api/v1/health/select"),
+    ("get", "/api/v1/health/fit"),
 ];
 
 /// Liveness with the background tasks' states: 503 `degraded` while one is not running
@@ -111,6 +115,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/alerts", post(app::publish_alert))
         .route("/api/v1/subscribe", get(app::subscribe))
         .route("/api/v1/retention", post(admin::retention))
+        .route("/api/v1/health/matrix", get(health::matrix))
+        .route("/api/v1/health/select", get(health::select))
+        .route("/api/v1/health/fit", get(health::fit))
         .fallback(|uri: Uri| async move {
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -217,3 +217,22 @@ pub async fn registration(
         .unwrap_or_else(|| panic!("agent '{name}' registered"))
         .registration
 }
+
+/// Shows agent and server logs in the output of a failing test.
+pub fn show_logs(filter: &str) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_test_writer()
+        .try_init();
+}
+
+/// Stops the agents (each watching one of these senders) even when a test fails half-way.
+pub struct AgentsGuard(pub Vec<tokio::sync::watch::Sender<bool>>);
+
+impl Drop for AgentsGuard {
+    fn drop(&mut self) {
+        for stop in &self.0 {
+            let _ = stop.send(true);
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Analyses over measurement results. Pure functions over the result types of
+//! `vantage-model`: no sockets, no clocks, no archive, so each is tested on
+//! hand-worked numbers. The server runs them from its ingest pipeline and API.
+//!
+//! - [`health`]: the network health system of Chard, Bubendorfer and Ng (FGCS
+//!   2015): markers per round, normalised metrics, the health score, the healthy
+//!   subset relative to a reference host.
+//! - [`fit`]: forward step-wise selection by AIC over ordinary least squares,
+//!   with adjusted R² and p-values, to refit the health score's weights.
+
+pub mod fit;
+pub mod health;

@@ -1,0 +1,357 @@
+//! The network health system over the fleet (Chard, Bubendorfer and Ng, FGCS 2015).
+//!
+//! - [`HealthMarkers`], an ingest consumer: each stored `health` round is compared
+//!   with the pair's previous round and throughput history; every marker's state is
+//!   stored as a derived metric (`health_marker_*`, 0 or 1) and each firing is
+//!   published as an alert on the event stream.
+//! - [`health_matrix`], [`healthy_selection`], [`refit_weights`]: what the API's
+//!   `/api/v1/health/*` routes answer, computed from the archive by the pure
+//!   functions of `vantage_analysis::health`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use vantage_analysis::fit::{self, Candidate, Fit, FitError};
+use vantage_analysis::health::{
+    self, Archived, Host, MarkerKind, MarkerSettings, Matrix, Observation, Selection, Weights,
+};
+use vantage_model::config::{any_matches, GroupMembers, ValidatedConfig};
+use vantage_model::health::HealthResult;
+use vantage_model::kinds::health::{KIND as HEALTH, THROUGHPUT_BPS};
+
+use crate::archive::{to_us, Archive, ArchiveError, ResultFilter, StoredResult};
+use crate::events::{Alert, Event, EventBus};
+use crate::ingest::{NewResult, ResultConsumer};
+
+/// The tag that groups hosts into zones in the matrix (the paper's availability zones).
+pub const ZONE_TAG: &str = "zone";
+/// Rounds older than this are stale: their pairs count as unknown.
+pub const DEFAULT_MAX_AGE_US: i64 = 3 * 3_600_000_000;
+/// How far apart one client's results may start and still be one round (for refitting).
+pub const DEFAULT_ROUND_SPAN_US: i64 = 30 * 60_000_000;
+/// At most this many archived rounds are read for a refit.
+pub const MAX_FIT_RESULTS: i64 = 200_000;
+
+pub struct HealthMarkers {
+    pub archive: Archive,
+    pub events: Arc<EventBus>,
+    pub settings: MarkerSettings,
+}
+
+impl ResultConsumer for HealthMarkers {
+    fn name(&self) -> &'static str {
+        "health_markers"
+    }
+
+    fn consume<'a>(&'a self, result: &'a NewResult<'a>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if result.run.test != HEALTH.name {
+                return;
+            }
+            if let Err(error) = self.evaluate(result).await {
+                tracing::warn!(run_id = %result.run.id, "health markers failed: {error}");
+            }
+        })
+    }
+}
+
+fn parse(document: &serde_json::Value) -> Option<HealthResult> {
+    serde_json::from_value(document.clone()).ok()
+}
+
+impl HealthMarkers {
+    async fn evaluate(&self, result: &NewResult<'_>) -> Result<(), ArchiveError> {
+        let Some(current) = result.upload.result.as_ref().and_then(parse) else {
+            return Ok(());
+        };
+        let (run, start_us) = (result.run, to_us(result.upload.actual_start));
+        let previous = self
+            .archive
+            .previous_result(&run.client, &run.server, HEALTH.name, start_us)
+            .await?
+            .and_then(|(_, document)| parse(&document));
+        let history_bps: Vec<f64> = self
+            .archive
+            .results(&ResultFilter {
+                client: Some(run.client.clone()),
+                server: Some(run.server.clone()),
+                test: Some(HEALTH.name.to_string()),
+                from_us: None,
+                to_us: Some(start_us),
+                limit: self.settings.long_term_rounds as i64,
+                include_raw: false,
+            })
+            .await?
+            .iter()
+            .filter_map(|stored| stored.metrics.get(THROUGHPUT_BPS.name).copied())
+            .collect();
+        let verdicts = health::markers(&current, previous.as_ref(), &history_bps, &self.settings);
+        for verdict in &verdicts {
+            self.archive
+                .add_metric(
+                    run,
+                    verdict.kind.metric_name(),
+                    f64::from(u8::from(verdict.fired)),
+                    start_us,
+                )
+                .await?;
+            if verdict.fired {
+                self.events.publish(Event::Alert(Alert {
+                    severity: if verdict.kind == MarkerKind::Timeout {
+                        "critical".into()
+                    } else {
+                        "warning".into()
+                    },
+                    message: format!(
+                        "health marker {} fired for {} -> {} (run {}): {}",
+                        verdict.kind.name(),
+                        run.client,
+                        run.server,
+                        run.id,
+                        verdict.detail
+                    ),
+                    agents: vec![run.client.clone(), run.server.clone()],
+                    tags: BTreeMap::from([("marker".to_string(), verdict.kind.name().to_string())]),
+                    time: result.upload.actual_end,
+                }));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a health question cannot be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    #[error("no group named '{0}' in the current configuration")]
+    UnknownGroup(String),
+    #[error("no agent named '{0}'")]
+    UnknownHost(String),
+    #[error("cannot refit: {0}")]
+    Fit(#[from] FitError),
+    #[error("cannot refit: {0}")]
+    NotEnoughData(String),
+}
+
+/// The hosts a question is about: every registered agent, or a group's agents.
+async fn hosts(
+    archive: &Archive,
+    config: Option<&ValidatedConfig>,
+    group: Option<&str>,
+) -> Result<Vec<Host>, HealthError> {
+    let agents = archive.agents().await?;
+    let members = match group {
+        None => None,
+        Some(name) => Some(
+            config
+                .and_then(|config| config.group(name))
+                .ok_or_else(|| HealthError::UnknownGroup(name.to_string()))?
+                .members
+                .clone(),
+        ),
+    };
+    Ok(agents
+        .iter()
+        .filter(|agent| {
+            let (name, tags) = (&agent.registration.name, &agent.registration.tags);
+            match &members {
+                None => true,
+                Some(GroupMembers::Mesh(selectors)) => any_matches(selectors, name, tags),
+                Some(GroupMembers::Disjoint { a, b }) => {
+                    any_matches(a, name, tags) || any_matches(b, name, tags)
+                }
+                Some(GroupMembers::List(pairs)) => {
+                    pairs.iter().any(|(from, to)| from == name || to == name)
+                }
+                Some(GroupMembers::External { agents, .. }) => any_matches(agents, name, tags),
+            }
+        })
+        .map(|agent| Host {
+            name: agent.registration.name.clone(),
+            zone: agent.registration.tags.get(ZONE_TAG).cloned(),
+        })
+        .collect())
+}
+
+/// The matrix as the API answers it.
+#[derive(Debug, Serialize)]
+pub struct MatrixAnswer {
+    pub computed_at: chrono::DateTime<chrono::Utc>,
+    pub weights: Weights,
+    pub max_age_s: f64,
+    #[serde(flatten)]
+    pub matrix: Matrix,
+}
+
+/// Latest rounds of every pair among `hosts`, parsed, with their fired markers.
+struct Latest {
+    stored: Vec<(StoredResult, HealthResult)>,
+}
+
+impl Latest {
+    async fn read(archive: &Archive, since_us: i64) -> Result<Latest, ArchiveError> {
+        let stored = archive
+            .latest_of_test(HEALTH.name, since_us)
+            .await?
+            .into_iter()
+            .filter_map(|stored| {
+                let result = parse(stored.result.as_ref()?)?;
+                Some((stored, result))
+            })
+            .collect();
+        Ok(Latest { stored })
+    }
+
+    fn observations(&self, hosts: &[Host]) -> Vec<Observation<'_>> {
+        let member = |name: &str| hosts.iter().any(|host| host.name == name);
+        self.stored
+            .iter()
+            .filter(|(stored, _)| member(&stored.client) && member(&stored.server))
+            .map(|(stored, result)| Observation {
+                client: &stored.client,
+                server: &stored.server,
+                run_id: &stored.run_id,
+                start_us: to_us(stored.start_time),
+                result,
+                markers: MarkerKind::ALL
+                    .into_iter()
+                    .filter(|kind| stored.metrics.get(kind.metric_name()) == Some(&1.0))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// Which hosts a health question is about and how pairs are scored.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthQuery<'a> {
+    /// The configuration that defines `group`.
+    pub config: Option<&'a ValidatedConfig>,
+    /// Only this group's agents; every agent when `None`.
+    pub group: Option<&'a str>,
+    pub weights: Weights,
+    /// Rounds that started longer ago are stale (their pairs unknown).
+    pub max_age_us: i64,
+}
+
+pub async fn health_matrix(
+    archive: &Archive,
+    query: &HealthQuery<'_>,
+) -> Result<MatrixAnswer, HealthError> {
+    let (weights, max_age_us) = (&query.weights, query.max_age_us);
+    let hosts = hosts(archive, query.config, query.group).await?;
+    let now = chrono::Utc::now();
+    let now_us = to_us(now);
+    let latest = Latest::read(archive, now_us - max_age_us).await?;
+    let matrix = health::matrix(
+        &hosts,
+        &latest.observations(&hosts),
+        weights,
+        now_us,
+        max_age_us,
+    );
+    Ok(MatrixAnswer {
+        computed_at: now,
+        weights: *weights,
+        max_age_s: max_age_us as f64 / 1e6,
+        matrix,
+    })
+}
+
+pub async fn healthy_selection(
+    archive: &Archive,
+    query: &HealthQuery<'_>,
+    reference: &str,
+    k: usize,
+) -> Result<Selection, HealthError> {
+    let answer = health_matrix(archive, query).await?;
+    if !answer
+        .matrix
+        .hosts
+        .iter()
+        .any(|host| host.name == reference)
+    {
+        return Err(HealthError::UnknownHost(reference.to_string()));
+    }
+    Ok(health::select(&answer.matrix, reference, k))
+}
+
+/// A refit as the API answers it: the step table, every subset's adjusted R², and
+/// the proposed weights.
+#[derive(Debug, Serialize)]
+pub struct FitAnswer {
+    pub target: &'static str,
+    pub rounds: usize,
+    pub rows: usize,
+    pub incomplete_rows: usize,
+    pub fit: Fit,
+    pub subsets: Vec<(Vec<String>, f64)>,
+    /// `None` when no selected metric predicts the target positively.
+    pub proposed_weights: Option<BTreeMap<String, f64>>,
+}
+
+pub async fn refit_weights(
+    archive: &Archive,
+    from_us: Option<i64>,
+    to_us: Option<i64>,
+    round_span_us: i64,
+) -> Result<FitAnswer, HealthError> {
+    let stored = archive
+        .results(&ResultFilter {
+            client: None,
+            server: None,
+            test: Some(HEALTH.name.to_string()),
+            from_us,
+            to_us,
+            limit: MAX_FIT_RESULTS,
+            include_raw: true,
+        })
+        .await?;
+    let parsed: Vec<(StoredResult, HealthResult)> = stored
+        .into_iter()
+        .filter(|stored| stored.outcome == "completed")
+        .filter_map(|stored| {
+            let result = parse(stored.result.as_ref()?)?;
+            Some((stored, result))
+        })
+        .collect();
+    let archived: Vec<Archived<'_>> = parsed
+        .iter()
+        .map(|(stored, result)| Archived {
+            client: &stored.client,
+            server: &stored.server,
+            start_us: crate::archive::to_us(stored.start_time),
+            result,
+        })
+        .collect();
+    let table = health::fit_table(&archived, round_span_us);
+    if table.names.is_empty() {
+        return Err(HealthError::NotEnoughData(format!(
+            "{} health rounds in the range, none followed by a round of the same pair that measured throughput (the fit predicts each pair's next throughput: keep the bundle's throughput part on)",
+            parsed.len()
+        )));
+    }
+    let candidates: Vec<Candidate<'_>> = table
+        .names
+        .iter()
+        .zip(&table.columns)
+        .map(|(name, values)| Candidate { name, values })
+        .collect();
+    let fit = fit::forward_select(&table.target, &candidates)?;
+    let subsets = fit::subsets_adjusted_r2(&table.target, &candidates)?;
+    let proposed_weights =
+        fit::proposed_weights(&fit, &table.names).map(|weights| weights.into_iter().collect());
+    Ok(FitAnswer {
+        target: "next_throughput",
+        rounds: table.rounds,
+        rows: table.target.len(),
+        incomplete_rows: table.incomplete_rows,
+        fit,
+        subsets,
+        proposed_weights,
+    })
+}
