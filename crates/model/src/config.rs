@@ -1075,7 +1075,11 @@ type = "latency"
         assert_eq!(bulk.scheduling, SchedulingClass::Exclusive);
         assert_eq!(bulk.reserve, Duration::from_secs(12));
         let sla = validated.test("sla").unwrap();
-        assert_eq!(sla.reserve, Duration::from_secs(2 * 5 + 8 * 2 + 1));
+        // Two 5 s TCP tests + 250 ms each, eight 2 s UDP probes + 500 ms each, 1 s guard.
+        assert_eq!(
+            sla.reserve,
+            Duration::from_millis(2 * 5250 + 8 * 2500 + 1000)
+        );
         let mesh = &validated.tasks[0];
         assert_eq!(mesh.directions, Directions::One);
         assert_eq!(mesh.every, Duration::from_secs(60));

@@ -262,14 +262,6 @@ async fn every_kind_scenario(kind: Kind) {
     assert!(metric("tput-ext-iperf3", "received_bps") > 1e6);
     assert!(metric("cap", "capacity_bps") > 1e6);
     assert!(metric("sandwich", "sandwich_lost_rounds") == 0.0);
-    // The health bundle's throughput part ran under the run's ticket; the server
-    // evaluated its markers (a first round has only the timeout marker to evaluate).
-    assert!(metric("health", "health_throughput_bps") > 1e6);
-    assert_eq!(metric("health", "health_marker_timeout"), 0.0);
-    for trace in ["trace-agents", "trace-ext"] {
-        assert_eq!(metric(trace, "destination_reached"), 1.0, "{trace}");
-        assert_eq!(metric(trace, "hop_count"), 1.0, "{trace}");
-    }
     let raw = |task: &str| {
         let run = &by_task[task][0];
         results
@@ -278,6 +270,18 @@ async fn every_kind_scenario(kind: Kind) {
             .and_then(|result| result.result.clone())
             .unwrap()
     };
+    // The health bundle's throughput part ran under the run's ticket; the server
+    // evaluated its markers (a first round has only the timeout marker to evaluate).
+    assert!(
+        metric("health", "health_throughput_bps") > 1e6,
+        "{}",
+        raw("health")["throughput"]
+    );
+    assert_eq!(metric("health", "health_marker_timeout"), 0.0);
+    for trace in ["trace-agents", "trace-ext"] {
+        assert_eq!(metric(trace, "destination_reached"), 1.0, "{trace}");
+        assert_eq!(metric(trace, "hop_count"), 1.0, "{trace}");
+    }
     assert_eq!(raw("stamp-ext")["spec"]["udp_mode"], "stamp");
     assert_eq!(raw("icmp-ext")["spec"]["size_bytes"], 4096);
     assert_eq!(raw("cap")["spec"]["reverse"], true);
