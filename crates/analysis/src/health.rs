@@ -118,12 +118,6 @@ fn stddev(values: &[f64]) -> Option<f64> {
     })
 }
 
-fn median(values: &[f64]) -> Option<f64> {
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    sorted.sort_by(f64::total_cmp);
-    vantage_stats::percentile(&sorted, 50.0)
-}
-
 /// Counts this round's probes beyond the previous round's mean + σ (σ floored);
 /// an unanswered probe counts as beyond. Returns (beyond, total, what was compared).
 struct Beyond {
@@ -284,7 +278,7 @@ pub fn markers(
             .take(settings.long_term_rounds)
             .copied()
             .collect();
-        if let Some(long_term) = median(&history) {
+        if let Some(long_term) = vantage_stats::spread(&history).map(|spread| spread.median) {
             let threshold = (1.0 - settings.throughput_drop) * long_term;
             verdicts.push(MarkerVerdict {
                 kind: MarkerKind::Throughput,

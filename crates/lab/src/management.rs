@@ -106,6 +106,11 @@ impl Management {
             let host_side = host_interface(&topology.name, index);
             let host_addr = Ipv4Addr::new(198, 19, index as u8, 0);
             let node_addr = Ipv4Addr::new(198, 19, index as u8, 1);
+            let addresses: Vec<std::net::IpAddr> = topology
+                .node_addresses(node_index)
+                .into_iter()
+                .map(|(_, address)| address.addr)
+                .collect();
             let commands = [
                 format!("link add {host_side} type veth peer name {NODE_INTERFACE} netns {netns}"),
                 format!("addr add {host_addr}/31 dev {host_side}"),
@@ -119,17 +124,11 @@ impl Management {
             let point = Point {
                 node: node.name.clone(),
                 netns,
-                lab_addr: topology
-                    .node_addresses(node_index)
-                    .into_iter()
-                    .map(|(_, address)| address.addr)
+                lab_addr: addresses
+                    .iter()
                     .find(|address| address.is_ipv4())
-                    .or_else(|| {
-                        topology
-                            .node_addresses(node_index)
-                            .first()
-                            .map(|(_, address)| address.addr)
-                    }),
+                    .or(addresses.first())
+                    .copied(),
                 tags: node.tags.clone(),
                 host_interface: host_side,
             };

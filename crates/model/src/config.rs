@@ -288,6 +288,25 @@ pub enum GroupMembers {
     },
 }
 
+impl GroupMembers {
+    /// Whether the agent takes part in the group's runs (on either side; as the
+    /// measuring side for external targets).
+    pub fn includes_agent(&self, agent_name: &str, agent_tags: &BTreeMap<String, String>) -> bool {
+        match self {
+            GroupMembers::Mesh(selectors)
+            | GroupMembers::External {
+                agents: selectors, ..
+            } => any_matches(selectors, agent_name, agent_tags),
+            GroupMembers::Disjoint { a, b } => {
+                any_matches(a, agent_name, agent_tags) || any_matches(b, agent_name, agent_tags)
+            }
+            GroupMembers::List(pairs) => pairs
+                .iter()
+                .any(|(from, to)| from == agent_name || to == agent_name),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group {
     pub name: String,
@@ -1043,6 +1062,33 @@ mod tests {
     fn errors_of(text: &str) -> Vec<ConfigError> {
         let config = parse_config(text, ConfigFormat::Toml).expect("structurally valid");
         validate(&config).expect_err("semantically invalid")
+    }
+
+    #[test]
+    fn group_members_include_agents_by_kind() {
+        let selectors = |texts: &[&str]| -> Vec<Selector> {
+            texts.iter().map(|t| Selector::parse(t).unwrap()).collect()
+        };
+        let campus = BTreeMap::from([("site".to_string(), "campus".to_string())]);
+        let none = BTreeMap::new();
+        let mesh = GroupMembers::Mesh(selectors(&["site=campus", "home-1"]));
+        assert!(mesh.includes_agent("c1", &campus));
+        assert!(mesh.includes_agent("home-1", &none));
+        assert!(!mesh.includes_agent("home-2", &none));
+        let disjoint = GroupMembers::Disjoint {
+            a: selectors(&["site=campus"]),
+            b: selectors(&["home-2"]),
+        };
+        assert!(disjoint.includes_agent("c1", &campus) && disjoint.includes_agent("home-2", &none));
+        assert!(!disjoint.includes_agent("home-1", &none));
+        let list = GroupMembers::List(vec![("w1".into(), "fs".into())]);
+        assert!(list.includes_agent("w1", &none) && list.includes_agent("fs", &none));
+        assert!(!list.includes_agent("w2", &none));
+        let external = GroupMembers::External {
+            agents: selectors(&["*"]),
+            targets: vec!["iperf3.example.net".into()],
+        };
+        assert!(external.includes_agent("anyone", &none));
     }
 
     fn paths(errors: &[ConfigError]) -> Vec<&str> {

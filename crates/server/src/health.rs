@@ -8,16 +8,16 @@
 //!   `/api/v1/health/*` routes answer, computed from the archive by the pure
 //!   functions of `vantage_analysis::health`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vantage_analysis::fit::{self, Candidate, Fit, FitError};
 use vantage_analysis::health::{
     self, Archived, Host, MarkerKind, MarkerSettings, Matrix, Observation, Selection, Weights,
 };
-use vantage_model::config::{any_matches, GroupMembers, ValidatedConfig};
+use vantage_model::config::ValidatedConfig;
 use vantage_model::health::HealthResult;
 use vantage_model::kinds::health::{KIND as HEALTH, THROUGHPUT_BPS};
 
@@ -58,7 +58,18 @@ impl ResultConsumer for HealthMarkers {
 }
 
 fn parse(document: &serde_json::Value) -> Option<HealthResult> {
-    serde_json::from_value(document.clone()).ok()
+    HealthResult::deserialize(document).ok()
+}
+
+/// The stored results whose documents are health rounds, with the rounds parsed.
+fn parse_stored(stored: Vec<StoredResult>) -> Vec<(StoredResult, HealthResult)> {
+    stored
+        .into_iter()
+        .filter_map(|stored| {
+            let result = parse(stored.result.as_ref()?)?;
+            Some((stored, result))
+        })
+        .collect()
 }
 
 impl HealthMarkers {
@@ -143,32 +154,23 @@ async fn hosts(
     config: Option<&ValidatedConfig>,
     group: Option<&str>,
 ) -> Result<Vec<Host>, HealthError> {
-    let agents = archive.agents().await?;
     let members = match group {
         None => None,
         Some(name) => Some(
-            config
+            &config
                 .and_then(|config| config.group(name))
                 .ok_or_else(|| HealthError::UnknownGroup(name.to_string()))?
-                .members
-                .clone(),
+                .members,
         ),
     };
-    Ok(agents
+    Ok(archive
+        .agents()
+        .await?
         .iter()
         .filter(|agent| {
-            let (name, tags) = (&agent.registration.name, &agent.registration.tags);
-            match &members {
-                None => true,
-                Some(GroupMembers::Mesh(selectors)) => any_matches(selectors, name, tags),
-                Some(GroupMembers::Disjoint { a, b }) => {
-                    any_matches(a, name, tags) || any_matches(b, name, tags)
-                }
-                Some(GroupMembers::List(pairs)) => {
-                    pairs.iter().any(|(from, to)| from == name || to == name)
-                }
-                Some(GroupMembers::External { agents, .. }) => any_matches(agents, name, tags),
-            }
+            members.is_none_or(|members| {
+                members.includes_agent(&agent.registration.name, &agent.registration.tags)
+            })
         })
         .map(|agent| Host {
             name: agent.registration.name.clone(),
@@ -187,43 +189,29 @@ pub struct MatrixAnswer {
     pub matrix: Matrix,
 }
 
-/// Latest rounds of every pair among `hosts`, parsed, with their fired markers.
-struct Latest {
-    stored: Vec<(StoredResult, HealthResult)>,
-}
-
-impl Latest {
-    async fn read(archive: &Archive, since_us: i64) -> Result<Latest, ArchiveError> {
-        let stored = archive
-            .latest_of_test(HEALTH.name, since_us)
-            .await?
-            .into_iter()
-            .filter_map(|stored| {
-                let result = parse(stored.result.as_ref()?)?;
-                Some((stored, result))
-            })
-            .collect();
-        Ok(Latest { stored })
-    }
-
-    fn observations(&self, hosts: &[Host]) -> Vec<Observation<'_>> {
-        let member = |name: &str| hosts.iter().any(|host| host.name == name);
-        self.stored
-            .iter()
-            .filter(|(stored, _)| member(&stored.client) && member(&stored.server))
-            .map(|(stored, result)| Observation {
-                client: &stored.client,
-                server: &stored.server,
-                run_id: &stored.run_id,
-                start_us: to_us(stored.start_time),
-                result,
-                markers: MarkerKind::ALL
-                    .into_iter()
-                    .filter(|kind| stored.metrics.get(kind.metric_name()) == Some(&1.0))
-                    .collect(),
-            })
-            .collect()
-    }
+/// The rounds of pairs between `hosts`, with the markers that fired on each.
+fn observations<'a>(
+    rounds: &'a [(StoredResult, HealthResult)],
+    hosts: &[Host],
+) -> Vec<Observation<'a>> {
+    let names: BTreeSet<&str> = hosts.iter().map(|host| host.name.as_str()).collect();
+    rounds
+        .iter()
+        .filter(|(stored, _)| {
+            names.contains(stored.client.as_str()) && names.contains(stored.server.as_str())
+        })
+        .map(|(stored, result)| Observation {
+            client: &stored.client,
+            server: &stored.server,
+            run_id: &stored.run_id,
+            start_us: to_us(stored.start_time),
+            result,
+            markers: MarkerKind::ALL
+                .into_iter()
+                .filter(|kind| stored.metrics.get(kind.metric_name()) == Some(&1.0))
+                .collect(),
+        })
+        .collect()
 }
 
 /// Which hosts a health question is about and how pairs are scored.
@@ -246,10 +234,14 @@ pub async fn health_matrix(
     let hosts = hosts(archive, query.config, query.group).await?;
     let now = chrono::Utc::now();
     let now_us = to_us(now);
-    let latest = Latest::read(archive, now_us - max_age_us).await?;
+    let latest = parse_stored(
+        archive
+            .latest_of_test(HEALTH.name, now_us - max_age_us)
+            .await?,
+    );
     let matrix = health::matrix(
         &hosts,
-        &latest.observations(&hosts),
+        &observations(&latest, &hosts),
         weights,
         now_us,
         max_age_us,
@@ -296,8 +288,8 @@ pub struct FitAnswer {
 
 pub async fn refit_weights(
     archive: &Archive,
-    from_us: Option<i64>,
-    to_us: Option<i64>,
+    since_us: Option<i64>,
+    until_us: Option<i64>,
     round_span_us: i64,
 ) -> Result<FitAnswer, HealthError> {
     let stored = archive
@@ -305,26 +297,24 @@ pub async fn refit_weights(
             client: None,
             server: None,
             test: Some(HEALTH.name.to_string()),
-            from_us,
-            to_us,
+            from_us: since_us,
+            to_us: until_us,
             limit: MAX_FIT_RESULTS,
             include_raw: true,
         })
         .await?;
-    let parsed: Vec<(StoredResult, HealthResult)> = stored
-        .into_iter()
-        .filter(|stored| stored.outcome == "completed")
-        .filter_map(|stored| {
-            let result = parse(stored.result.as_ref()?)?;
-            Some((stored, result))
-        })
-        .collect();
+    let parsed = parse_stored(
+        stored
+            .into_iter()
+            .filter(|stored| stored.outcome == "completed")
+            .collect(),
+    );
     let archived: Vec<Archived<'_>> = parsed
         .iter()
         .map(|(stored, result)| Archived {
             client: &stored.client,
             server: &stored.server,
-            start_us: crate::archive::to_us(stored.start_time),
+            start_us: to_us(stored.start_time),
             result,
         })
         .collect();

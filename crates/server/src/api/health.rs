@@ -97,21 +97,22 @@ impl MatrixQuery {
     }
 
     fn max_age_us(&self) -> ApiResult<i64> {
-        match self.max_age.as_deref() {
-            None => Ok(DEFAULT_MAX_AGE_US),
-            Some(text) => {
-                let age = parse_duration_field("max_age", text)?;
-                i64::try_from(age.as_micros())
-                    .ok()
-                    .filter(|us| *us > 0)
-                    .ok_or_else(|| {
-                        ApiError::bad_request(
-                            "query parameter 'max_age': must be positive and under 290 000 years",
-                        )
-                    })
-            }
-        }
+        self.max_age
+            .as_deref()
+            .map_or(Ok(DEFAULT_MAX_AGE_US), |text| positive_us("max_age", text))
     }
+}
+
+/// A positive duration query parameter, in microseconds.
+fn positive_us(name: &str, text: &str) -> ApiResult<i64> {
+    i64::try_from(parse_duration_field(name, text)?.as_micros())
+        .ok()
+        .filter(|us| *us > 0)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "query parameter '{name}': must be positive and under 290 000 years"
+            ))
+        })
 }
 
 async fn current_config(
@@ -186,15 +187,12 @@ pub(super) async fn fit(
             "query parameter 'target': '{target}' is not a known target (next_throughput)"
         )));
     }
-    let round_span_us = match query.round_span.as_deref() {
-        None => DEFAULT_ROUND_SPAN_US,
-        Some(text) => i64::try_from(parse_duration_field("round_span", text)?.as_micros())
-            .ok()
-            .filter(|us| *us > 0)
-            .ok_or_else(|| {
-                ApiError::bad_request("query parameter 'round_span': must be positive")
-            })?,
-    };
+    let round_span_us = query
+        .round_span
+        .as_deref()
+        .map_or(Ok(DEFAULT_ROUND_SPAN_US), |text| {
+            positive_us("round_span", text)
+        })?;
     Ok(Json(
         health::refit_weights(
             &state.archive,
