@@ -35,7 +35,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub summary_every: Duration,
     /// Run the demo in an emulated network instead (as root): a lab scenario (a
-    /// topology file, or cloud-zones, gigabit-app, two-hosts) with an agent in each
+    /// topology file, or access-line, cloud-zones, gigabit-app, two-hosts) with an agent in each
     /// measurement point and the health bundle (Chard et al., FGCS 2015) as a mesh.
     #[arg(long, value_name = "SCENARIO")]
     pub lab: Option<String>,

@@ -148,7 +148,7 @@ fn print_status(status: &LabStatus) {
                 ("reverse", &counters.reverse),
             ] {
                 println!(
-                    "    {label} counters: received {} forwarded {} lost {} (burst {}) queue-drops {} rate-drops {} overrun {} dup {} corrupt {} reorder {} released-late {} (worst {} µs)",
+                    "    {label} counters: received {} forwarded {} lost {} (burst {}) queue-drops {} rate-drops {} overrun {} dup {} corrupt {} reorder {} released-late {} (worst {} µs) offloaded {} cpu-drops {} cpu-busy {} ms",
                     c.received,
                     c.forwarded,
                     c.dropped_random_loss,
@@ -160,7 +160,10 @@ fn print_status(status: &LabStatus) {
                     c.corrupted,
                     c.reordered,
                     c.released_late,
-                    c.max_release_lateness_us
+                    c.max_release_lateness_us,
+                    c.offloaded_frames,
+                    c.dropped_cpu_backlog,
+                    c.cpu_busy_us / 1_000
                 );
             }
         }

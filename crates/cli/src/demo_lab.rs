@@ -24,6 +24,10 @@ use crate::cmd_demo::{
 /// Scenarios built into the binary, by name.
 const SCENARIOS: &[(&str, &str)] = &[
     (
+        "access-line",
+        include_str!("../../../lab/scenarios/access-line.toml"),
+    ),
+    (
         "cloud-zones",
         include_str!("../../../lab/scenarios/cloud-zones.toml"),
     ),

@@ -925,3 +925,124 @@ fn trace_lists_every_router_and_sees_the_extra_hop_detour() {
     assert!(!comparison.changed, "{comparison:?}");
     assert!(compare_paths(&after, &restored).changed);
 }
+
+/// A direction that only delays lets TCP's segmentation-offloaded frames cross whole (few frames
+/// for many packets); once it loses packets every packet crosses alone, so each gets its own
+/// fate, and the loss counters count packets.
+#[test]
+fn whole_frames_cross_until_a_direction_impairs_packets_one_by_one() {
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("two-hosts.toml", "o");
+    lab.set("h1-h2", &["delay=1ms"]);
+    let _endpoint = LabEndpoint::start(&lab, "h2", 7862);
+    let forward = |lab: &LabGuard| lab.status_json()["counters"][0]["forward"].clone();
+    let transfer = |lab: &LabGuard| {
+        let output = lab.exec(
+            "h1",
+            &[
+                vantage_bin().to_str().unwrap(),
+                "throughput",
+                "10.77.0.2",
+                "--bytes",
+                "200M",
+            ],
+        );
+        assert!(output.status.success(), "{output:?}");
+    };
+    let delta = |before: &serde_json::Value, after: &serde_json::Value, name: &str| {
+        after[name].as_u64().unwrap() - before[name].as_u64().unwrap()
+    };
+    let before = forward(&lab);
+    transfer(&lab);
+    let after = forward(&lab);
+    let packets = delta(&before, &after, "received");
+    let offloaded = delta(&before, &after, "offloaded_frames");
+    // 200 MB is ≈ 138 000 full-sized packets; whole frames carry up to 45 each.
+    assert!(packets >= 130_000, "{before} → {after}");
+    assert!(
+        offloaded > 0 && offloaded * 4 < packets,
+        "{offloaded} offloaded frames for {packets} packets: {after}"
+    );
+    assert_eq!(delta(&before, &after, "forwarded"), packets, "{after}");
+
+    lab.set("h1-h2", &["--direction", "forward", "loss=1%"]);
+    let before = forward(&lab);
+    transfer(&lab);
+    let after = forward(&lab);
+    let packets = delta(&before, &after, "received");
+    let lost = delta(&before, &after, "dropped_random_loss");
+    assert_eq!(delta(&before, &after, "offloaded_frames"), 0, "{after}");
+    // 1 % of the packets, not of frames: well inside [0.5 %, 1.5 %] at this count.
+    assert!(
+        lost * 200 >= packets && lost * 200 <= packets * 3,
+        "lost {lost} of {packets}: {after}"
+    );
+    assert_eq!(
+        delta(&before, &after, "forwarded") + lost,
+        packets,
+        "{after}"
+    );
+}
+
+/// Bazan-Antequera et al.'s CPU-bound software VPN router: with `vpn-cpu` on, UDP falls to
+/// about 45 Mbit/s whatever is offered (the rest is lost at the host's backlog) and TCP to about
+/// 40, while the host's CPU is busy all the time; off, the path is back to far above that.
+#[test]
+fn vpn_cpu_saturates_the_tunnel_host_and_off_restores_the_line_rate() {
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("gigabit-app.toml", "v");
+    let _endpoint = LabEndpoint::start(&lab, "patient", 7862);
+    let throughput = |lab: &LabGuard, extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            vantage_bin().to_str().unwrap().to_string(),
+            "throughput".into(),
+            "10.77.4.2".into(),
+            "--json".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = lab.exec("therapist", &args);
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")["summary"]
+            .clone()
+    };
+    let cpu_busy_us = |lab: &LabGuard| {
+        let access = lab.status_json()["counters"][0].clone();
+        assert_eq!(access["link"], "campus-access");
+        access["forward"]["cpu_busy_us"].as_u64().unwrap()
+            + access["reverse"]["cpu_busy_us"].as_u64().unwrap()
+    };
+    vantage_ok(&["lab", "incident", "--lab", &lab.name, "vpn-cpu", "on"]);
+
+    let busy_before = cpu_busy_us(&lab);
+    let udp = throughput(&lab, &["-u", "-b", "100M", "-t", "2s"]);
+    let busy_us = cpu_busy_us(&lab) - busy_before;
+    let received_bps = udp["received_bps"].as_f64().unwrap();
+    let duration_us = udp["duration_s"].as_f64().unwrap() * 1e6;
+    assert!(
+        (40e6..=50e6).contains(&received_bps),
+        "UDP through the CPU-bound host: {udp}"
+    );
+    let lost = 1.0 - udp["received_bytes"].as_f64().unwrap() / udp["sent_bytes"].as_f64().unwrap();
+    assert!(lost > 0.4, "100 Mbit/s offered, {lost} lost: {udp}");
+    assert!(
+        busy_us as f64 >= 0.9 * duration_us,
+        "the host's CPU was busy {busy_us} µs of {duration_us} µs"
+    );
+
+    let tcp = throughput(&lab, &["-t", "3s", "-O", "1s"]);
+    let received_bps = tcp["received_bps"].as_f64().unwrap();
+    assert!(
+        (30e6..=48e6).contains(&received_bps),
+        "TCP through the CPU-bound host: {tcp}"
+    );
+
+    vantage_ok(&["lab", "incident", "--lab", &lab.name, "vpn-cpu", "off"]);
+    let tcp = throughput(&lab, &["-t", "2s"]);
+    assert!(
+        tcp["received_bps"].as_f64().unwrap() > 300e6,
+        "the line rate is back without the CPU-bound host: {tcp}"
+    );
+}

@@ -65,6 +65,31 @@ pub struct Impairment {
     pub rate_bps: Option<u64>,
     /// `tbf` queue limit; `None` = 50 ms worth of the rate (at least 64 KiB).
     pub queue_bytes: Option<u64>,
+    /// A CPU-bound forwarding host on this link (see [`CpuCost`]); `None` = line rate.
+    #[serde(default)]
+    pub cpu: Option<CpuCost>,
+}
+
+/// The cost of forwarding on a host whose CPU is the bottleneck, as a software VPN router
+/// that encrypts every packet: each packet takes `per_packet_us` plus its frame's bits at
+/// `rate_bps` of CPU time, one packet at a time for both directions of the link, while at most
+/// `backlog_packets` wait; more are dropped. Offered load beyond what the CPU sustains therefore
+/// queues (RTT grows) and is lost (loss grows with the load), unlike a rate cap's fixed queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuCost {
+    pub per_packet_us: u64,
+    pub rate_bps: u64,
+    pub backlog_packets: u32,
+}
+
+impl CpuCost {
+    /// Packets waiting for the CPU unless `cpu_backlog` says otherwise: a driver's receive ring.
+    pub const DEFAULT_BACKLOG_PACKETS: u32 = 256;
+
+    /// CPU time to forward one frame of `frame_bytes`.
+    pub fn service_ns(&self, frame_bytes: usize) -> u64 {
+        self.per_packet_us * 1_000 + frame_bytes as u64 * 8 * 1_000_000_000 / self.rate_bps
+    }
 }
 
 /// The keys `lab set` and a topology's direction tables accept.
@@ -83,6 +108,9 @@ pub const IMPAIRMENT_KEYS: &[&str] = &[
     "corrupt",
     "rate",
     "queue",
+    "cpu_packet",
+    "cpu_rate",
+    "cpu_backlog",
 ];
 
 /// Parses `"1%"` / `"0.1%"` into a ratio 0..1. The `%` is required so `0.01` cannot be misread.
@@ -167,6 +195,34 @@ impl Impairment {
                 }
                 self.rate_bps = Some(bps)
             }
+            "cpu_packet" | "cpu_rate" | "cpu_backlog" if is_off(value) => self.cpu = None,
+            "cpu_packet" | "cpu_rate" | "cpu_backlog" => {
+                let cpu = self.cpu.get_or_insert(CpuCost {
+                    per_packet_us: 0,
+                    rate_bps: u64::MAX,
+                    backlog_packets: CpuCost::DEFAULT_BACKLOG_PACKETS,
+                });
+                match key {
+                    "cpu_packet" => cpu.per_packet_us = parse_us(value)?,
+                    "cpu_rate" => {
+                        let bps = parse_rate_bps(value).map_err(|e| e.to_string())?;
+                        if bps < 8_000 {
+                            return Err(format!("\"{value}\" is below the 8 kbit/s minimum"));
+                        }
+                        cpu.rate_bps = bps
+                    }
+                    _ => {
+                        cpu.backlog_packets = value
+                            .trim()
+                            .parse()
+                            .ok()
+                            .filter(|packets| (1..=100_000).contains(packets))
+                            .ok_or_else(|| {
+                                format!("\"{value}\" is not a packet count from 1 to 100000")
+                            })?
+                    }
+                }
+            }
             "queue" if is_off(value) => self.queue_bytes = None,
             "queue" => {
                 let bytes = parse_bytes(value).map_err(|e| e.to_string())?;
@@ -187,13 +243,21 @@ impl Impairment {
 
     /// True when the user-space engine has nothing to do (the forwarder's floor case).
     pub fn is_transparent(&self) -> bool {
-        self.delay_us == 0
-            && self.jitter_us == 0
-            && self.loss_ratio == 0.0
-            && !self.gilbert_elliott.is_some_and(|ge| ge.is_active())
-            && self.duplicate_ratio == 0.0
-            && self.reorder_ratio == 0.0
-            && self.corrupt_ratio == 0.0
+        self.delay_us == 0 && !self.is_per_packet()
+    }
+
+    /// True when packets must cross the forwarder one by one: each is lost, delayed by its own
+    /// jitter sample, duplicated, reordered, corrupted or served by a CPU-bound host on its
+    /// own. Delay and rate alone
+    /// treat every packet alike, so a segmentation-offloaded frame may stay whole.
+    pub fn is_per_packet(&self) -> bool {
+        self.jitter_us > 0
+            || self.loss_ratio > 0.0
+            || self.gilbert_elliott.is_some_and(|ge| ge.is_active())
+            || self.duplicate_ratio > 0.0
+            || self.reorder_ratio > 0.0
+            || self.corrupt_ratio > 0.0
+            || self.cpu.is_some()
     }
 
     /// The queue limit handed to `tbf`: explicit, or 50 ms worth of the rate, at least 64 KiB.
@@ -243,6 +307,14 @@ impl Impairment {
                 "rate={} queue={}B",
                 vantage_model::units::format_rate_bps(rate as f64),
                 self.effective_queue_bytes(rate)
+            ));
+        }
+        if let Some(cpu) = &self.cpu {
+            parts.push(format!(
+                "cpu({}us/packet + frame at {}, backlog {})",
+                cpu.per_packet_us,
+                vantage_model::units::format_rate_bps(cpu.rate_bps as f64),
+                cpu.backlog_packets
             ));
         }
         if parts.is_empty() {
@@ -428,6 +500,22 @@ mod tests {
             .is_err());
         impairment.apply_setting("rate", "off").unwrap();
         assert_eq!(impairment.rate_bps, None);
+    }
+
+    #[test]
+    fn cpu_cost_parses_and_prices_a_frame() {
+        let impairment = with(&[("cpu_packet", "46us"), ("cpu_rate", "56M")]);
+        let cpu = impairment.cpu.unwrap();
+        assert_eq!(cpu.backlog_packets, CpuCost::DEFAULT_BACKLOG_PACKETS);
+        // 46 µs + 1514 × 8 bits at 56 Mbit/s (216.3 µs).
+        assert_eq!(cpu.service_ns(1514), 46_000 + 216_285);
+        assert!(impairment.is_per_packet());
+        let mut impairment = impairment;
+        assert!(impairment.apply_setting("cpu_backlog", "0").is_err());
+        impairment.apply_setting("cpu_backlog", "64").unwrap();
+        assert_eq!(impairment.cpu.unwrap().backlog_packets, 64);
+        impairment.apply_setting("cpu_packet", "off").unwrap();
+        assert_eq!(impairment.cpu, None);
     }
 
     #[test]

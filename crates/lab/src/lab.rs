@@ -9,8 +9,8 @@
 
 use crate::forwarder::{control_request, ControlRequest, ControlResponse, LinkCounters};
 use crate::netns::{
-    disable_offloads, emulator_netns, in_netns, ip, lab_of_netns, list_netns, node_netns,
-    process_matches, run, tc,
+    emulator_netns, in_netns, ip, lab_of_netns, list_netns, node_netns, process_matches, run,
+    set_features, set_threaded_receive, tc, AGGREGATION_FEATURES, SEGMENTATION_FEATURES,
 };
 use crate::routing::{compute_routes, Route};
 use crate::state::{emulator_interface, state_dir, LabState, Phase, Side, STATE_ROOT};
@@ -151,8 +151,6 @@ impl Build<'_> {
                     "link add {} netns {netns} mtu {} type veth peer name {emulator_end} netns {emulator} mtu {}",
                     link.name, link.mtu, link.mtu
                 ))?;
-                let name = link.name.clone();
-                in_netns(&netns, || disable_offloads(&name))?;
                 ip(&format!("-n {netns} link set {} up", link.name))?;
                 for address in addresses {
                     let nodad = if address.is_ipv6() { " nodad" } else { "" };
@@ -168,13 +166,11 @@ impl Build<'_> {
                     "-n {emulator} link add {emulator_end} mtu {} type veth peer name {port} mtu {}",
                     link.mtu, link.mtu
                 ))?;
-                in_netns(&emulator, || disable_offloads(&port))?;
                 ip(&format!(
                     "-n {emulator} link set {port} master sw{switch} up"
                 ))?;
             }
         }
-        in_netns(&emulator, || disable_offloads(&emulator_end))?;
         ip(&format!("-n {emulator} link set {emulator_end} up"))?;
         Ok(())
     }
@@ -258,6 +254,8 @@ impl Build<'_> {
             self.add_link_side(index, Side::A)
                 .and_then(|_| self.add_link_side(index, Side::B))
                 .map_err(step_error(format!("create link {}", link.name)))?;
+            apply_offloads(&lab, &topology, index)
+                .map_err(step_error(format!("set offloads of link {}", link.name)))?;
             apply_rates(&lab, index, link)
                 .map_err(step_error(format!("set rate of link {}", link.name)))?;
         }
@@ -302,6 +300,60 @@ fn route_command(lab: &str, topology: &Topology, route: &Route, verb: &str) -> S
 
 fn add_route(lab: &str, topology: &Topology, route: &Route) -> Result<(), String> {
     ip(&route_command(lab, topology, route, "replace")).map(|_| ())
+}
+
+/// Sets the offloads of link `index`'s interfaces for what each direction's impairment needs.
+///
+/// A direction that only delays and rate-limits lets whole segmentation-offloaded frames through:
+/// its sending end segments nothing and the emulator's ingress aggregates what arrives packet
+/// by packet (GRO, UDP too), so the forwarder handles one frame per up to 64 KiB and the same
+/// delay applies to every packet in it; `tbf` still shapes packet by packet. A direction with
+/// per-packet impairments (loss, jitter, duplication, reordering, corruption) gets every packet
+/// alone: the sender (or the router before it) segments in software and checksums in full, so
+/// a flipped bit is caught by the receiver as on a wire. Receive checksum offload stays off on
+/// every interface for the same reason.
+fn apply_offloads(lab: &str, topology: &Topology, index: usize) -> Result<(), String> {
+    let link = &topology.links[index];
+    let emulator = emulator_netns(lab);
+    for (side, end, leaving) in [
+        (Side::A, link.a, &link.forward),
+        (Side::B, link.b, &link.reverse),
+    ] {
+        let whole_frames = !leaving.is_per_packet();
+        let sending_end = |on: bool| -> Vec<(&str, bool)> {
+            SEGMENTATION_FEATURES
+                .iter()
+                .map(|feature| (*feature, on))
+                .chain([("rx-checksum", false), ("rx-gro", false)])
+                .collect()
+        };
+        match end {
+            Endpoint::Node(node) => {
+                let name = link.name.clone();
+                in_netns(&node_netns(lab, &topology.nodes[node].name), || {
+                    set_features(&name, &sending_end(whole_frames))
+                })?
+            }
+            Endpoint::Switch(_) => {
+                let port = bridge_port(index, side);
+                in_netns(&emulator, || {
+                    set_features(&port, &sending_end(whole_frames))
+                })?
+            }
+        }
+        let ingress = emulator_interface(index, side);
+        let emulator_features: Vec<(&str, bool)> = AGGREGATION_FEATURES
+            .iter()
+            .map(|feature| (*feature, whole_frames))
+            .chain(SEGMENTATION_FEATURES.iter().map(|feature| (*feature, true)))
+            .chain([("rx-checksum", false)])
+            .collect();
+        in_netns(&emulator, || set_features(&ingress, &emulator_features))?;
+        if whole_frames {
+            set_threaded_receive(&emulator, &ingress)?;
+        }
+    }
+    Ok(())
 }
 
 /// Installs or removes the `tbf` of each direction of link `index` on the emulator's egress.
@@ -579,6 +631,12 @@ fn replace_link(
     if old.mtu != link.mtu {
         set_link_mtu(&lab, &state.topology, index)
             .map_err(step_error(format!("set MTU of {}", link.name)))?;
+    }
+    if old.forward.is_per_packet() != link.forward.is_per_packet()
+        || old.reverse.is_per_packet() != link.reverse.is_per_packet()
+    {
+        apply_offloads(&lab, &state.topology, index)
+            .map_err(step_error(format!("set offloads of {}", link.name)))?;
     }
     if old.forward.rate_bps != link.forward.rate_bps
         || old.reverse.rate_bps != link.reverse.rate_bps

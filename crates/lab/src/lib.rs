@@ -4,6 +4,7 @@
 //! See docs/lab.md.
 
 pub mod addr;
+mod coalesce;
 pub mod forwarder;
 pub mod impairment;
 pub mod lab;

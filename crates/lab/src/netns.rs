@@ -96,63 +96,120 @@ pub fn in_netns<T: Send>(
 }
 
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
-const ETHTOOL_SRXCSUM: u32 = 0x15;
-const ETHTOOL_STXCSUM: u32 = 0x17;
-const ETHTOOL_SSG: u32 = 0x19;
-const ETHTOOL_STSO: u32 = 0x1f;
-const ETHTOOL_SGSO: u32 = 0x24;
-const ETHTOOL_SGRO: u32 = 0x2c;
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETHTOOL_SFEATURES: u32 = 0x3b;
+const ETH_SS_FEATURES: u32 = 4;
+const ETH_GSTRING_LEN: usize = 32;
 
 #[repr(C)]
-struct EthtoolValue {
-    cmd: u32,
-    data: u32,
-}
-
-#[repr(C)]
-struct IfreqData {
+struct Ifreq {
     name: [u8; libc::IFNAMSIZ],
     data: *mut libc::c_void,
     _union_padding: [u8; 16],
 }
 
-/// Turns off checksum and segmentation offloads of `interface` (current namespace), so frames
-/// the forwarder reads are complete, MTU-sized and carry real checksums (a bit flipped by the
-/// corruption impairment is then caught by the receiver, as on a wire).
-pub fn disable_offloads(interface: &str) -> Result<(), String> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0")
-        .or_else(|_| std::net::UdpSocket::bind("[::]:0"))
-        .map_err(|e| format!("socket for ethtool ioctl: {e}"))?;
+/// One `SIOCETHTOOL` request on `interface` with `buffer` as its ethtool command.
+fn ethtool(
+    socket: &std::net::UdpSocket,
+    interface: &str,
+    buffer: &mut [u32],
+) -> std::io::Result<()> {
     let mut name = [0u8; libc::IFNAMSIZ];
-    name[..interface.len()].copy_from_slice(interface.as_bytes());
-    for (command, feature) in [
-        (ETHTOOL_SGRO, "gro"),
-        (ETHTOOL_SGSO, "gso"),
-        (ETHTOOL_STSO, "tso"),
-        (ETHTOOL_SSG, "scatter-gather"),
-        (ETHTOOL_STXCSUM, "tx-checksum"),
-        (ETHTOOL_SRXCSUM, "rx-checksum"),
-    ] {
-        let mut value = EthtoolValue {
-            cmd: command,
-            data: 0,
-        };
-        let mut request = IfreqData {
-            name,
-            data: &mut value as *mut EthtoolValue as *mut libc::c_void,
-            _union_padding: [0; 16],
-        };
-        // SAFETY: `request` is a valid ifreq whose data points at a live ethtool_value.
-        let rc = unsafe { libc::ioctl(socket.as_raw_fd(), SIOCETHTOOL as _, &mut request) };
-        if rc != 0 {
-            return Err(format!(
-                "cannot turn off {feature} offload on {interface}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+    let length = interface.len().min(libc::IFNAMSIZ - 1);
+    name[..length].copy_from_slice(&interface.as_bytes()[..length]);
+    let mut request = Ifreq {
+        name,
+        data: buffer.as_mut_ptr() as *mut libc::c_void,
+        _union_padding: [0; 16],
+    };
+    // SAFETY: `request` is a valid ifreq whose data points at a live ethtool command buffer
+    // as large as the command says.
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), SIOCETHTOOL as _, &mut request) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
+
+/// The device feature names of `interface`, in the kernel's bit order (`ethtool -k` names).
+fn feature_names(socket: &std::net::UdpSocket, interface: &str) -> std::io::Result<Vec<String>> {
+    // ethtool_sset_info: cmd, reserved, sset_mask (u64), then one u32 per set in the mask.
+    let mut info = [ETHTOOL_GSSET_INFO, 0, 1 << ETH_SS_FEATURES, 0, 0];
+    ethtool(socket, interface, &mut info)?;
+    let count = info[4] as usize;
+    // ethtool_gstrings: cmd, string_set, len, then len names of ETH_GSTRING_LEN bytes.
+    let mut strings = vec![0u32; 3 + count * ETH_GSTRING_LEN / 4];
+    strings[..3].copy_from_slice(&[ETHTOOL_GSTRINGS, ETH_SS_FEATURES, count as u32]);
+    ethtool(socket, interface, &mut strings)?;
+    let bytes: Vec<u8> = strings[3..].iter().flat_map(|w| w.to_ne_bytes()).collect();
+    Ok(bytes
+        .chunks(ETH_GSTRING_LEN)
+        .map(|name| {
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            String::from_utf8_lossy(&name[..end]).into_owned()
+        })
+        .collect())
+}
+
+/// Turns device features of `interface` (current namespace) on or off by their `ethtool -k`
+/// names; names the device does not have are an error.
+pub fn set_features(interface: &str, features: &[(&str, bool)]) -> Result<(), String> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0")
+        .or_else(|_| std::net::UdpSocket::bind("[::]:0"))
+        .map_err(|e| format!("socket for ethtool ioctl: {e}"))?;
+    let names = feature_names(&socket, interface)
+        .map_err(|e| format!("cannot read the features of {interface}: {e}"))?;
+    let blocks = names.len().div_ceil(32);
+    // ethtool_sfeatures: cmd, size (blocks), then per block: valid mask, requested bits.
+    let mut request = vec![0u32; 2 + 2 * blocks];
+    request[0] = ETHTOOL_SFEATURES;
+    request[1] = blocks as u32;
+    for (feature, on) in features {
+        let bit = names
+            .iter()
+            .position(|name| name == feature)
+            .ok_or_else(|| format!("{interface} has no feature {feature}"))?;
+        let (valid, requested) = (2 + 2 * (bit / 32), 3 + 2 * (bit / 32));
+        request[valid] |= 1 << (bit % 32);
+        if *on {
+            request[requested] |= 1 << (bit % 32);
+        }
+    }
+    ethtool(&socket, interface, &mut request)
+        .map_err(|e| format!("cannot set the features of {interface}: {e}"))
+}
+
+/// Gives `interface` in `netns` its own kernel thread for receive processing (threaded NAPI):
+/// with receive aggregation on, packets then gather while the thread is busy instead of being
+/// handled one by one on the sender's CPU, which is what makes aggregation happen on a veth.
+pub fn set_threaded_receive(netns: &str, interface: &str) -> Result<(), String> {
+    // sysfs shows a namespace's devices only to a process that mounted it there, which
+    // `ip netns exec` does.
+    let script = format!("echo 1 > /sys/class/net/{interface}/threaded");
+    run(
+        "ip",
+        &["netns", "exec", netns, "sh", "-c", &script].map(String::from),
+    )
+    .map(|_| ())
+}
+
+/// Segmentation offload features: with them on, a TCP or UDP sender (or a router forwarding
+/// such a frame) hands the next hop one frame standing for many packets.
+pub const SEGMENTATION_FEATURES: &[&str] = &[
+    "tx-scatter-gather",
+    "tx-checksum-ip-generic",
+    "tx-tcp-segmentation",
+    "tx-tcp-ecn-segmentation",
+    "tx-tcp-mangleid-segmentation",
+    "tx-tcp6-segmentation",
+    "tx-generic-segmentation",
+    "tx-udp-segmentation",
+];
+
+/// Receive aggregation: packets of one flow arriving together become one frame
+/// (`rx-udp-gro-forwarding` extends it to UDP that is forwarded, not delivered).
+pub const AGGREGATION_FEATURES: &[&str] = &["rx-gro", "rx-udp-gro-forwarding"];
 
 /// True when `pid` is alive and its command line contains every one of `markers`
 /// (guards against a recycled pid).
