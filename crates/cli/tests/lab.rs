@@ -87,6 +87,16 @@ impl LabGuard {
         vantage_ok(&args);
     }
 
+    /// `vantage throughput TARGET ARGS --json` run in `node`: its JSON document.
+    fn throughput(&self, node: &str, target: &str, args: &[&str]) -> serde_json::Value {
+        let bin = vantage_bin();
+        let mut command = vec![bin.to_str().unwrap(), "throughput", target, "--json"];
+        command.extend_from_slice(args);
+        let output = self.exec(node, &command);
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).expect("throughput JSON")
+    }
+
     fn status_json(&self) -> serde_json::Value {
         serde_json::from_str(&vantage_ok(&["lab", "status", &self.name, "--json"]))
             .expect("status JSON")
@@ -719,23 +729,11 @@ fn small_window_over_a_delayed_path_is_limited_by_the_receive_window() {
     let lab = LabGuard::up("two-hosts.toml", "w");
     lab.set("h1-h2", &["delay=10ms"]);
     let _endpoint = LabEndpoint::start(&lab, "h2", 7862);
-    let output = lab.exec(
+    let result = lab.throughput(
         "h1",
-        &[
-            vantage_bin().to_str().unwrap(),
-            "throughput",
-            "10.77.0.2",
-            "--duration",
-            "4s",
-            "--omit",
-            "1s",
-            "--window",
-            "64K",
-            "--json",
-        ],
+        "10.77.0.2",
+        &["--duration", "4s", "--omit", "1s", "--window", "64K"],
     );
-    assert!(output.status.success(), "{output:?}");
-    let result: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     let evidence = &result["evidence"];
     assert_eq!(
         result["limited_by"],
@@ -937,19 +935,7 @@ fn whole_frames_cross_until_a_direction_impairs_packets_one_by_one() {
     lab.set("h1-h2", &["delay=1ms"]);
     let _endpoint = LabEndpoint::start(&lab, "h2", 7862);
     let forward = |lab: &LabGuard| lab.status_json()["counters"][0]["forward"].clone();
-    let transfer = |lab: &LabGuard| {
-        let output = lab.exec(
-            "h1",
-            &[
-                vantage_bin().to_str().unwrap(),
-                "throughput",
-                "10.77.0.2",
-                "--bytes",
-                "200M",
-            ],
-        );
-        assert!(output.status.success(), "{output:?}");
-    };
+    let transfer = |lab: &LabGuard| lab.throughput("h1", "10.77.0.2", &["--bytes", "200M"]);
     let delta = |before: &serde_json::Value, after: &serde_json::Value, name: &str| {
         after[name].as_u64().unwrap() - before[name].as_u64().unwrap()
     };
@@ -994,19 +980,8 @@ fn vpn_cpu_saturates_the_tunnel_host_and_off_restores_the_line_rate() {
     let _serial = serial();
     let lab = LabGuard::up("gigabit-app.toml", "v");
     let _endpoint = LabEndpoint::start(&lab, "patient", 7862);
-    let throughput = |lab: &LabGuard, extra: &[&str]| -> serde_json::Value {
-        let mut args = vec![
-            vantage_bin().to_str().unwrap().to_string(),
-            "throughput".into(),
-            "10.77.4.2".into(),
-            "--json".into(),
-        ];
-        args.extend(extra.iter().map(|a| a.to_string()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let output = lab.exec("therapist", &args);
-        assert!(output.status.success(), "{output:?}");
-        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")["summary"]
-            .clone()
+    let throughput = |lab: &LabGuard, args: &[&str]| {
+        lab.throughput("therapist", "10.77.4.2", args)["summary"].clone()
     };
     let cpu_busy_us = |lab: &LabGuard| {
         let access = lab.status_json()["counters"][0].clone();

@@ -16,7 +16,7 @@ use std::borrow::Cow;
 /// and writes: it carries the segmentation offload of a frame that stands for several packets.
 pub(crate) const VNET_HEADER_BYTES: usize = 10;
 pub(crate) const ETHERNET_HEADER_BYTES: usize = 14;
-const UDP_HEADER_BYTES: usize = 8;
+pub(crate) const UDP_HEADER_BYTES: usize = 8;
 const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
 const ETHERTYPE_IPV6: [u8; 2] = [0x86, 0xdd];
 const PROTOCOL_UDP: u8 = 17;

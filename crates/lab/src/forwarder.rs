@@ -27,8 +27,8 @@
 //! (`lab set`) and reports counters (`lab status`).
 
 use crate::coalesce::{
-    coalesce_udp, ETHERNET_HEADER_BYTES, VIRTIO_NET_HDR_GSO_NONE, VIRTIO_NET_HDR_GSO_UDP_L4,
-    VNET_HEADER_BYTES,
+    coalesce_udp, ETHERNET_HEADER_BYTES, UDP_HEADER_BYTES, VIRTIO_NET_HDR_GSO_NONE,
+    VIRTIO_NET_HDR_GSO_UDP_L4, VNET_HEADER_BYTES,
 };
 use crate::impairment::{CpuCost, Decision, DropReason, Impairment, ImpairmentEngine};
 use crate::netns::{emulator_netns, enter_netns};
@@ -328,7 +328,7 @@ fn segments_of(frame_with_header: &[u8]) -> u64 {
     }
     let frame = &frame_with_header[VNET_HEADER_BYTES..];
     let transport_header_bytes = if gso_type == VIRTIO_NET_HDR_GSO_UDP_L4 {
-        8
+        UDP_HEADER_BYTES
     } else {
         frame
             .get(transport_start + 12)
@@ -558,103 +558,104 @@ impl Direction {
             .unwrap_or_default();
         let counters = &self.shared.counters;
         let mut immediate: Vec<(Vec<u8>, u64)> = Vec::new();
-        {
-            let count = batch.receive(self.rx.as_raw_fd());
-            let read_ns = monotonic_ns();
-            for index in 0..count {
-                let (data, received_ns) = batch.frame(index);
-                if data.len() <= VNET_HEADER_BYTES {
-                    continue;
+        let count = batch.receive(self.rx.as_raw_fd());
+        let read_ns = monotonic_ns();
+        for index in 0..count {
+            let (data, received_ns) = batch.frame(index);
+            if data.len() <= VNET_HEADER_BYTES {
+                continue;
+            }
+            let mut arrival_ns = arrival_from_timestamp(received_ns, read_ns);
+            let segments = segments_of(data);
+            counters.received.fetch_add(segments, Ordering::Relaxed);
+            if segments > 1 {
+                bump(&counters.offloaded_frames);
+            }
+            let mut frame = data.to_vec();
+            let network_start = (VNET_HEADER_BYTES + ETHERNET_HEADER_BYTES).min(frame.len());
+            let add = |counter: &AtomicU64| counter.fetch_add(segments, Ordering::Relaxed);
+            if let Some(cost) = &impairment.cpu {
+                // The host forwards the packet once its CPU is done with it; the link's
+                // delay starts then.
+                let service_ns = cost.service_ns(data.len() - VNET_HEADER_BYTES);
+                let finish = self
+                    .cpu
+                    .lock()
+                    .ok()
+                    .and_then(|mut cpu| cpu.admit(cost, arrival_ns, service_ns));
+                match finish {
+                    Some(finish_ns) => {
+                        counters
+                            .cpu_busy_ns
+                            .fetch_add(service_ns, Ordering::Relaxed);
+                        arrival_ns = finish_ns;
+                    }
+                    None => {
+                        add(&counters.dropped_cpu_backlog);
+                        continue;
+                    }
                 }
-                let mut arrival_ns = arrival_from_timestamp(received_ns, read_ns);
-                let segments = segments_of(data);
-                counters.received.fetch_add(segments, Ordering::Relaxed);
-                if segments > 1 {
-                    bump(&counters.offloaded_frames);
+            }
+            match self
+                .engine
+                .decide(&impairment, arrival_ns, &mut frame[network_start..])
+            {
+                Decision::Drop(DropReason::RandomLoss) => {
+                    add(&counters.dropped_random_loss);
                 }
-                let mut frame = data.to_vec();
-                let network_start = (VNET_HEADER_BYTES + ETHERNET_HEADER_BYTES).min(frame.len());
-                let add = |counter: &AtomicU64| counter.fetch_add(segments, Ordering::Relaxed);
-                if let Some(cost) = &impairment.cpu {
-                    // The host forwards the packet once its CPU is done with it; the link's
-                    // delay starts then.
-                    let service_ns = cost.service_ns(data.len() - VNET_HEADER_BYTES);
-                    let finish = self
-                        .cpu
-                        .lock()
-                        .ok()
-                        .and_then(|mut cpu| cpu.admit(cost, arrival_ns, service_ns));
-                    match finish {
-                        Some(finish_ns) => {
-                            counters
-                                .cpu_busy_ns
-                                .fetch_add(service_ns, Ordering::Relaxed);
-                            arrival_ns = finish_ns;
-                        }
-                        None => {
-                            add(&counters.dropped_cpu_backlog);
+                Decision::Drop(DropReason::BurstLoss) => {
+                    add(&counters.dropped_burst_loss);
+                }
+                Decision::Forward {
+                    release_ns,
+                    duplicate_release_ns,
+                    corrupted_bit,
+                    reordered,
+                } => {
+                    if corrupted_bit.is_some() {
+                        add(&counters.corrupted);
+                        // The receiver must check the checksum, not trust the sender's.
+                        frame[0] &= !VIRTIO_NET_HDR_F_DATA_VALID;
+                    }
+                    if reordered {
+                        add(&counters.reordered);
+                    }
+                    // Only a duplicate copies the frame; the original takes it.
+                    let duplicate = duplicate_release_ns.map(|release| (release, frame.clone()));
+                    if duplicate.is_some() {
+                        add(&counters.duplicated);
+                    }
+                    for (release_ns, frame) in
+                        [Some((release_ns, frame)), duplicate].into_iter().flatten()
+                    {
+                        // Due already with nothing ahead of it (no delay, or a reordered
+                        // packet overtaking the queue): written with this batch.
+                        if release_ns <= read_ns && (reordered || self.queue.is_empty()) {
+                            immediate.push((frame, segments));
                             continue;
                         }
-                    }
-                }
-                match self
-                    .engine
-                    .decide(&impairment, arrival_ns, &mut frame[network_start..])
-                {
-                    Decision::Drop(DropReason::RandomLoss) => {
-                        add(&counters.dropped_random_loss);
-                    }
-                    Decision::Drop(DropReason::BurstLoss) => {
-                        add(&counters.dropped_burst_loss);
-                    }
-                    Decision::Forward {
-                        release_ns,
-                        duplicate_release_ns,
-                        corrupted_bit,
-                        reordered,
-                    } => {
-                        if corrupted_bit.is_some() {
-                            add(&counters.corrupted);
-                            // The receiver must check the checksum, not trust the sender's.
-                            frame[0] &= !VIRTIO_NET_HDR_F_DATA_VALID;
+                        if self.queued_segments + segments > DELAY_QUEUE_PACKETS {
+                            add(&counters.dropped_delay_queue);
+                            continue;
                         }
-                        if reordered {
-                            add(&counters.reordered);
-                        }
-                        let copies = [Some(release_ns), duplicate_release_ns];
-                        for (copy, release_ns) in copies.into_iter().flatten().enumerate() {
-                            if copy > 0 {
-                                add(&counters.duplicated);
-                            }
-                            // Due already with nothing ahead of it (no delay, or a reordered
-                            // packet overtaking the queue): written with this batch.
-                            if release_ns <= read_ns && (reordered || self.queue.is_empty()) {
-                                immediate.push((frame.clone(), segments));
-                                continue;
-                            }
-                            if self.queued_segments + segments > DELAY_QUEUE_PACKETS {
-                                add(&counters.dropped_delay_queue);
-                                continue;
-                            }
-                            self.queued_segments += segments;
-                            self.queue.push_back(Held {
-                                release_ns,
-                                segments,
-                                frame: frame.clone(),
-                            });
-                        }
+                        self.queued_segments += segments;
+                        self.queue.push_back(Held {
+                            release_ns,
+                            segments,
+                            frame,
+                        });
                     }
                 }
             }
-            if !immediate.is_empty() {
-                let frames: Vec<(&[u8], u64)> = immediate
-                    .iter()
-                    .map(|(frame, segments)| (frame.as_slice(), *segments))
-                    .collect();
-                send_frames(self.tx.as_raw_fd(), &frames, counters);
-            }
-            count == BATCH_FRAMES
         }
+        if !immediate.is_empty() {
+            let frames: Vec<(&[u8], u64)> = immediate
+                .iter()
+                .map(|(frame, segments)| (frame.as_slice(), *segments))
+                .collect();
+            send_frames(self.tx.as_raw_fd(), &frames, counters);
+        }
+        count == BATCH_FRAMES
     }
 }
 

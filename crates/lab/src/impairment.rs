@@ -248,8 +248,8 @@ impl Impairment {
 
     /// True when packets must cross the forwarder one by one: each is lost, delayed by its own
     /// jitter sample, duplicated, reordered, corrupted or served by a CPU-bound host on its
-    /// own. Delay and rate alone
-    /// treat every packet alike, so a segmentation-offloaded frame may stay whole.
+    /// own. Delay and rate alone treat every packet alike, so a segmentation-offloaded frame
+    /// may stay whole.
     pub fn is_per_packet(&self) -> bool {
         self.jitter_us > 0
             || self.loss_ratio > 0.0

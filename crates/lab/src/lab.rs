@@ -308,10 +308,11 @@ fn add_route(lab: &str, topology: &Topology, route: &Route) -> Result<(), String
 /// its sending end segments nothing and the emulator's ingress aggregates what arrives packet
 /// by packet (GRO, UDP too), so the forwarder handles one frame per up to 64 KiB and the same
 /// delay applies to every packet in it; `tbf` still shapes packet by packet. A direction with
-/// per-packet impairments (loss, jitter, duplication, reordering, corruption) gets every packet
-/// alone: the sender (or the router before it) segments in software and checksums in full, so
-/// a flipped bit is caught by the receiver as on a wire. Receive checksum offload stays off on
-/// every interface for the same reason.
+/// per-packet impairments (loss, jitter, duplication, reordering, corruption, a CPU-bound host:
+/// [`crate::impairment::Impairment::is_per_packet`]) gets every packet alone: the sender (or
+/// the router before it) segments in software and checksums in full, so a flipped bit is caught
+/// by the receiver as on a wire. Receive checksum offload stays off on every interface for the
+/// same reason.
 fn apply_offloads(lab: &str, topology: &Topology, index: usize) -> Result<(), String> {
     let link = &topology.links[index];
     let emulator = emulator_netns(lab);
