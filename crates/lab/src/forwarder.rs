@@ -20,7 +20,10 @@
 //! Timing: a frame's arrival is the kernel's receive timestamp (in its ring slot), so a thread
 //! woken late still holds the frame for its configured delay from when it reached the link, not
 //! from when the thread got to it. The thread sleeps in `ppoll` (nanosecond timeout, timer slack
-//! 1 ns) until shortly before the next release and spins the rest ([`WakeLead`]).
+//! 1 ns) until shortly before the next release and spins the rest ([`WakeLead`]), looking at
+//! every ring each turn; it only sleeps when all are empty. Not polling while busy halved the
+//! emulator's idle round trip (62 → 33 µs) and took the generator's wake-ups off the 64-byte
+//! packet rate.
 //! Frames written more than [`LATE_RELEASE_NS`] after their release time are counted, so
 //! `lab status` says when the machine could not keep the emulated delays.
 //!
