@@ -234,12 +234,12 @@ fn last_error(context: &str) -> String {
     format!("{context}: {}", std::io::Error::last_os_error())
 }
 
-/// An AF_PACKET socket bound to `interface` (current namespace). A receiving socket gets every
-/// frame arriving on it (not those we send) in its receive ring ([`ReceiveRing`] maps it); a
-/// sending one (protocol 0) receives nothing. Both
-/// carry a virtio-net header before each frame, so a segmentation-offloaded frame (many
-/// packets of one TCP or UDP flow in one buffer) crosses the emulator whole.
-fn packet_socket(interface: &str, receive: bool) -> Result<OwnedFd, String> {
+/// An AF_PACKET socket bound to `interface` (current namespace). A receiving socket (given its
+/// ring's slot count) gets every frame arriving on it (not those we send) in its receive ring
+/// ([`ReceiveRing`] maps it); a sending one (protocol 0) receives nothing. Both carry a
+/// virtio-net header before each frame, so a segmentation-offloaded frame (many packets of one
+/// TCP or UDP flow in one buffer) crosses the emulator whole.
+fn packet_socket(interface: &str, receive_ring_slots: Option<usize>) -> Result<OwnedFd, String> {
     let name = std::ffi::CString::new(interface).map_err(|e| e.to_string())?;
     // SAFETY: plain libc calls with valid arguments; the fd is owned right after creation.
     unsafe {
@@ -266,7 +266,7 @@ fn packet_socket(interface: &str, receive: bool) -> Result<OwnedFd, String> {
             Ok(())
         };
         set_int(libc::SOL_PACKET, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR")?;
-        let protocol = if receive {
+        let protocol = if let Some(ring_slots) = receive_ring_slots {
             set_int(
                 libc::SOL_PACKET,
                 PACKET_IGNORE_OUTGOING,
@@ -294,9 +294,9 @@ fn packet_socket(interface: &str, receive: bool) -> Result<OwnedFd, String> {
             )?;
             let ring = libc::tpacket_req {
                 tp_block_size: RING_BLOCK_BYTES as libc::c_uint,
-                tp_block_nr: (RING_BYTES / RING_BLOCK_BYTES) as libc::c_uint,
+                tp_block_nr: (ring_slots * RING_SLOT_BYTES / RING_BLOCK_BYTES) as libc::c_uint,
                 tp_frame_size: RING_SLOT_BYTES as libc::c_uint,
-                tp_frame_nr: RING_SLOTS as libc::c_uint,
+                tp_frame_nr: ring_slots as libc::c_uint,
             };
             let rc = libc::setsockopt(
                 fd,
@@ -376,13 +376,24 @@ fn segments_of(frame_with_header: &[u8]) -> u64 {
 
 /// Receive ring geometry (TPACKET_V2: fixed slots, each handed to us as soon as the kernel has
 /// filled it, so no frame waits for a block to fill). A 2 KiB slot holds the ring's header, the
-/// virtio-net header and a frame of a 1500-byte MTU with a VLAN tag; 4096 slots (8 MiB) hold
-/// 8 ms of 64-byte packets at 500 k/s. Longer frames (segmentation-offloaded, jumbo MTU) are
-/// queued whole to the socket as well and read from there.
+/// virtio-net header and a frame of a 1500-byte MTU with a VLAN tag. Longer frames
+/// (segmentation-offloaded, jumbo MTU) are queued whole to the socket as well and read from
+/// there.
 const RING_SLOT_BYTES: usize = 2048;
-const RING_SLOTS: usize = 4096;
-const RING_BYTES: usize = RING_SLOT_BYTES * RING_SLOTS;
 const RING_BLOCK_BYTES: usize = 64 * 1024;
+/// Ring memory of a whole lab (locked kernel memory), shared equally by its directions within
+/// [`MIN_RING_SLOTS`]..=[`MAX_RING_SLOTS`] each: one link gets 4096 slots (8 ms of 64-byte
+/// packets at 500 k/s), gigabit-app's seven links 2336 each, cloud-zones' eighteen 896.
+const LAB_RING_BYTES: usize = 64 << 20;
+const MIN_RING_SLOTS: usize = 512;
+const MAX_RING_SLOTS: usize = 4096;
+
+/// Slots per receive ring in a lab of `directions` directions: a whole number of blocks.
+fn ring_slots(directions: usize) -> usize {
+    let slots_per_block = RING_BLOCK_BYTES / RING_SLOT_BYTES;
+    let share = LAB_RING_BYTES / RING_SLOT_BYTES / directions.max(1);
+    share.clamp(MIN_RING_SLOTS, MAX_RING_SLOTS) / slots_per_block * slots_per_block
+}
 
 /// What the next slot of a receive ring held.
 enum Received {
@@ -404,22 +415,23 @@ enum Received {
 struct ReceiveRing {
     socket: OwnedFd,
     slots: *mut u8,
+    slot_count: usize,
     next_slot: usize,
     /// Where a frame longer than a slot is read whole from the socket.
     oversize: Vec<u8>,
 }
 
-// SAFETY: the mapping belongs to this value alone and is only touched through `&mut self`.
+// SAFETY: the mapping belongs to this value alone, so only the thread holding it touches it.
 unsafe impl Send for ReceiveRing {}
 
 impl ReceiveRing {
-    fn open(interface: &str) -> Result<Self, String> {
-        let socket = packet_socket(interface, true)?;
+    fn open(interface: &str, slot_count: usize) -> Result<Self, String> {
+        let socket = packet_socket(interface, Some(slot_count))?;
         // SAFETY: maps the ring the socket was just given; the result is checked.
         let slots = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                RING_BYTES,
+                slot_count * RING_SLOT_BYTES,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 socket.as_raw_fd(),
@@ -434,6 +446,7 @@ impl ReceiveRing {
         Ok(ReceiveRing {
             socket,
             slots: slots as *mut u8,
+            slot_count,
             next_slot: 0,
             oversize: vec![0u8; VNET_HEADER_BYTES + MAX_FRAME_BYTES],
         })
@@ -505,7 +518,7 @@ impl ReceiveRing {
             }
         };
         status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
-        self.next_slot = (self.next_slot + 1) % RING_SLOTS;
+        self.next_slot = (self.next_slot + 1) % self.slot_count;
         received
     }
 }
@@ -513,7 +526,12 @@ impl ReceiveRing {
 impl Drop for ReceiveRing {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `open`.
-        unsafe { libc::munmap(self.slots as *mut libc::c_void, RING_BYTES) };
+        unsafe {
+            libc::munmap(
+                self.slots as *mut libc::c_void,
+                self.slot_count * RING_SLOT_BYTES,
+            )
+        };
     }
 }
 
@@ -951,6 +969,7 @@ pub fn run_forwarder(lab: &str) -> Result<(), String> {
     enter_netns(&emulator_netns(lab))?;
     let mut links = Vec::new();
     let mut directions = Vec::new();
+    let slots = ring_slots(2 * state.topology.links.len());
     for (index, link) in state.topology.links.iter().enumerate() {
         let (a_side, b_side) = (
             emulator_interface(index, Side::A),
@@ -963,7 +982,10 @@ pub fn run_forwarder(lab: &str) -> Result<(), String> {
                 counters: AtomicCounters::default(),
             })
         };
-        let (forward_rx, reverse_rx) = (ReceiveRing::open(&a_side)?, ReceiveRing::open(&b_side)?);
+        let (forward_rx, reverse_rx) = (
+            ReceiveRing::open(&a_side, slots)?,
+            ReceiveRing::open(&b_side, slots)?,
+        );
         let forward = shared(&link.forward, &forward_rx);
         let reverse = shared(&link.reverse, &reverse_rx);
         let cpu = Arc::new(Mutex::new(CpuServer::default()));
@@ -974,7 +996,7 @@ pub fn run_forwarder(lab: &str) -> Result<(), String> {
             let seed = state.topology.seed.wrapping_mul(1_000_003) + index as u64 * 2 + seed_offset;
             directions.push(Direction {
                 rx,
-                tx: packet_socket(tx_name, false)?,
+                tx: packet_socket(tx_name, None)?,
                 shared: Arc::clone(direction),
                 engine: ImpairmentEngine::new(StdRng::seed_from_u64(seed)),
                 queue: VecDeque::new(),
@@ -1051,6 +1073,15 @@ mod tests {
         udp.truncate(udp.len() - 24);
         assert_eq!(segments_of(&udp), 3);
         assert_eq!(segments_of(&[0u8; 4]), 1);
+    }
+
+    #[test]
+    fn a_lab_shares_its_ring_memory_among_its_directions_in_whole_blocks() {
+        assert_eq!(ring_slots(2), MAX_RING_SLOTS);
+        // 64 MiB / 2 KiB / 14 = 2340 slots, down to whole blocks of 32.
+        assert_eq!(ring_slots(14), 2336);
+        assert_eq!(ring_slots(36), 896);
+        assert_eq!(ring_slots(1000), MIN_RING_SLOTS);
     }
 
     #[test]
