@@ -234,6 +234,30 @@ fn last_error(context: &str) -> String {
     format!("{context}: {}", std::io::Error::last_os_error())
 }
 
+/// Sets a socket option whose value is a `T`; the error names `what`.
+fn set_option<T>(
+    fd: RawFd,
+    level: libc::c_int,
+    option: libc::c_int,
+    value: &T,
+    what: &str,
+) -> Result<(), String> {
+    // SAFETY: the pointer and length describe `value`, alive for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            option,
+            value as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(last_error(what));
+    }
+    Ok(())
+}
+
 /// An AF_PACKET socket bound to `interface` (current namespace). A receiving socket (given its
 /// ring's slot count) gets every frame arriving on it (not those we send) in its receive ring
 /// ([`ReceiveRing`] maps it); a sending one (protocol 0) receives nothing. Both carry a
@@ -252,18 +276,8 @@ fn packet_socket(interface: &str, receive_ring_slots: Option<usize>) -> Result<O
             return Err(last_error("AF_PACKET socket"));
         }
         let socket = OwnedFd::from_raw_fd(fd);
-        let set_int = |level, option, value: libc::c_int, what: &str| -> Result<(), String> {
-            let rc = libc::setsockopt(
-                fd,
-                level,
-                option,
-                &value as *const libc::c_int as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-            if rc != 0 {
-                return Err(last_error(&format!("{what} on {interface}")));
-            }
-            Ok(())
+        let set_int = |level, option, value: libc::c_int, what: &str| {
+            set_option(fd, level, option, &value, &format!("{what} on {interface}"))
         };
         set_int(libc::SOL_PACKET, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR")?;
         let protocol = if let Some(ring_slots) = receive_ring_slots {
@@ -298,16 +312,13 @@ fn packet_socket(interface: &str, receive_ring_slots: Option<usize>) -> Result<O
                 tp_frame_size: RING_SLOT_BYTES as libc::c_uint,
                 tp_frame_nr: ring_slots as libc::c_uint,
             };
-            let rc = libc::setsockopt(
+            set_option(
                 fd,
                 libc::SOL_PACKET,
                 libc::PACKET_RX_RING,
-                &ring as *const libc::tpacket_req as *const libc::c_void,
-                std::mem::size_of::<libc::tpacket_req>() as libc::socklen_t,
-            );
-            if rc != 0 {
-                return Err(last_error(&format!("PACKET_RX_RING on {interface}")));
-            }
+                &ring,
+                &format!("PACKET_RX_RING on {interface}"),
+            )?;
             (libc::ETH_P_ALL as u16).to_be()
         } else {
             set_int(
