@@ -7,6 +7,12 @@
 //!   subset relative to a reference host.
 //! - [`fit`]: forward step-wise selection by AIC over ordinary least squares,
 //!   with adjusted R² and p-values, to refit the health score's weights.
+//! - [`qoe`]: video QoE from a throughput series, the playback-buffer model and
+//!   MOS guideline of Rufini et al. (Fotonica 2014).
+//! - [`repeat`]: a test's summary metrics across repeated runs (mean ± σ, median
+//!   and IQR; Miravalls-Sierra et al., 2018).
 
 pub mod fit;
 pub mod health;
+pub mod qoe;
+pub mod repeat;

@@ -146,5 +146,18 @@ fn human_report(result: &CapacityResult) -> String {
         bound.binding,
         bound.explanation
     );
+    if let Some(calibration) = &result.calibration {
+        let _ = writeln!(
+            out,
+            "calibration, 1 then {} streams (Miravalls-Sierra et al., 2018): {}{}",
+            calibration.streams,
+            if calibration.probe_limited {
+                "PROBE-LIMITED — "
+            } else {
+                ""
+            },
+            calibration.reason
+        );
+    }
     out
 }

@@ -8,12 +8,14 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use vantage_model::kinds::latency;
 use vantage_model::latency::{
-    Distribution, LatencyProtocol, LatencyResult, LatencySpec, ReflectorReport, TransmitStamp,
-    UdpMode,
+    Distribution, LatencyProtocol, LatencyResult, LatencySpec, ProbeCpu, ReflectorReport,
+    TransmitStamp, UdpMode,
 };
 use vantage_model::units::{format_us, parse_bytes, parse_duration};
 use vantage_probe::endpoint::DEFAULT_PORT;
 use vantage_probe::latency::{run_latency, Progress};
+
+use crate::repeat::{RepeatArgs, Repeated};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ProtocolArg {
@@ -80,6 +82,8 @@ pub struct LatencyArgs {
     /// Print one JSON document (docs/json-schema.md) instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    repeat: RepeatArgs,
 }
 
 pub(crate) fn duration_arg(input: &str) -> Result<Duration, String> {
@@ -124,6 +128,7 @@ pub fn run(args: LatencyArgs) -> ExitCode {
         json: args.json,
         count: args.count,
         answered_word: "answered",
+        repeat: &args.repeat,
     };
     // Like ping: a run in which no reply came back at all exits 1 (the report still prints).
     let mut nothing_answered = false;
@@ -131,7 +136,7 @@ pub fn run(args: LatencyArgs) -> ExitCode {
         |progress| {
             let result = run_latency(&spec, progress);
             if let Ok(result) = &result {
-                nothing_answered = result.summary.received == 0;
+                nothing_answered |= result.summary.received == 0;
             }
             result
         },
@@ -144,40 +149,45 @@ pub fn run(args: LatencyArgs) -> ExitCode {
 }
 
 /// How a probing command (latency, sandwich) shows progress and prints its result.
-pub(crate) struct ProbeOutput {
+pub(crate) struct ProbeOutput<'a> {
     pub command: &'static str,
     pub json: bool,
     pub count: u32,
     /// What the progress bar calls the probes that came back ("answered", "complete").
     pub answered_word: &'static str,
+    pub repeat: &'a RepeatArgs,
 }
 
-impl ProbeOutput {
-    /// Runs `engine` with a progress bar (terminal only, never with `--json`), then
-    /// prints the result as JSON or as `human_report`'s text.
+impl ProbeOutput<'_> {
+    /// Runs `engine` (`--repeat` times) with a progress bar (terminal only, never with
+    /// `--json`), then prints the result(s) as JSON or as `human_report`'s text.
     pub fn run<R: serde::Serialize, E: std::fmt::Display>(
         &self,
-        engine: impl FnOnce(&mut dyn FnMut(Progress)) -> Result<R, E>,
+        mut engine: impl FnMut(&mut dyn FnMut(Progress)) -> Result<R, E>,
         human_report: impl Fn(&R) -> String,
     ) -> ExitCode {
-        let bar = progress_bar(self.json, u64::from(self.count));
-        let result = engine(&mut |p: Progress| {
-            if let Some(bar) = &bar {
-                bar.set_position(u64::from(p.sent));
-                bar.set_message(format!("{} {}", p.answered, self.answered_word));
-            }
-        });
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
-        match result {
-            Ok(result) if self.json => print_json(self.command, &result),
-            Ok(result) => print_stdout(self.command, &human_report(&result)),
-            Err(err) => {
-                eprintln!("vantage {}: {err}", self.command);
-                ExitCode::FAILURE
-            }
-        }
+        let repeated = Repeated {
+            command: self.command,
+            kind: self.command,
+            json: self.json,
+            args: self.repeat,
+        };
+        repeated.run(
+            || {
+                let bar = progress_bar(self.json, u64::from(self.count));
+                let result = engine(&mut |p: Progress| {
+                    if let Some(bar) = &bar {
+                        bar.set_position(u64::from(p.sent));
+                        bar.set_message(format!("{} {}", p.answered, self.answered_word));
+                    }
+                });
+                if let Some(bar) = bar {
+                    bar.finish_and_clear();
+                }
+                result
+            },
+            human_report,
+        )
     }
 }
 
@@ -315,7 +325,33 @@ fn human_report(result: &LatencyResult) -> String {
         source(result.timestamping.transmit),
         source(result.timestamping.receive)
     );
+    if let Some(cpu) = &result.probe_cpu {
+        out.push_str(&probe_cpu_line(cpu));
+    }
     out
+}
+
+/// The probe's self-check (Miravalls-Sierra et al., 2018) in one line.
+fn probe_cpu_line(cpu: &ProbeCpu) -> String {
+    let host = cpu
+        .host_busy_ratio
+        .map_or("host load unknown".to_string(), |busy| {
+            format!("host {:.0} % busy", busy * 100.0)
+        });
+    let wait = cpu
+        .thread_runqueue_wait_ratio
+        .map_or(String::new(), |wait| {
+            format!(", waited for a core {:.1} % of the run", wait * 100.0)
+        });
+    let verdict = if cpu.saturated {
+        "NEAR SATURATION: delays may be over-reported"
+    } else {
+        "ok"
+    };
+    format!(
+        "probe CPU: {host}, probing thread {:.1} % of a core{wait} — {verdict}\n",
+        cpu.thread_cpu_ratio * 100.0
+    )
 }
 
 /// What the reflector returned besides the timestamps: Sender TTL and, for STAMP,
@@ -359,6 +395,20 @@ mod tests {
             sender_ttl_max: None,
             ssid_echoed: None,
         }
+    }
+
+    #[test]
+    fn probe_cpu_line_flags_saturation() {
+        let idle = ProbeCpu::judge(Some(0.12), 0.031, Some(0.001));
+        assert_eq!(
+            probe_cpu_line(&idle),
+            "probe CPU: host 12 % busy, probing thread 3.1 % of a core, waited for a core 0.1 % of the run — ok\n"
+        );
+        let busy = ProbeCpu::judge(Some(0.95), 0.5, None);
+        assert!(probe_cpu_line(&busy).ends_with("NEAR SATURATION: delays may be over-reported\n"));
+        // A starved thread on a host that is not full: still saturated.
+        assert!(ProbeCpu::judge(Some(0.5), 0.2, Some(0.1)).saturated);
+        assert!(!ProbeCpu::judge(None, 0.2, None).saturated);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use vantage_probe::endpoint::DEFAULT_PORT;
 use vantage_probe::sandwich::run_sandwich;
 
 use crate::cmd_latency::{duration_arg, format_distribution, micros_u64, size_arg, ProbeOutput};
+use crate::repeat::RepeatArgs;
 
 #[derive(Args)]
 pub struct SandwichArgs {
@@ -42,6 +43,8 @@ pub struct SandwichArgs {
     allow_fragmentation: bool,
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    repeat: RepeatArgs,
 }
 
 pub fn run(args: SandwichArgs) -> ExitCode {
@@ -62,6 +65,7 @@ pub fn run(args: SandwichArgs) -> ExitCode {
         json: args.json,
         count: args.count,
         answered_word: "complete",
+        repeat: &args.repeat,
     };
     output.run(|progress| run_sandwich(&spec, progress), human_report)
 }

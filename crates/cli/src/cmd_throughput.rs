@@ -15,9 +15,8 @@ use vantage_model::units::{format_rate_bps, parse_bytes, parse_rate_bps};
 use vantage_probe::endpoint::DEFAULT_PORT;
 use vantage_probe::iperf3::IPERF3_DEFAULT_PORT;
 
-use crate::cmd_latency::{
-    duration_arg, micros_u64, print_json, print_stdout, progress_bar, size_arg,
-};
+use crate::cmd_latency::{duration_arg, micros_u64, progress_bar, size_arg};
+use crate::repeat::{RepeatArgs, Repeated};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ToolArg {
@@ -94,13 +93,15 @@ pub struct ThroughputArgs {
     /// Print one JSON document (docs/json-schema.md) instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    repeat: RepeatArgs,
 }
 
 fn bytes_arg(input: &str) -> Result<u64, String> {
     parse_bytes(input).map_err(|e| e.to_string())
 }
 
-fn rate_arg(input: &str) -> Result<u64, String> {
+pub(crate) fn rate_arg(input: &str) -> Result<u64, String> {
     parse_rate_bps(input).map_err(|e| e.to_string())
 }
 
@@ -169,6 +170,17 @@ pub fn run(args: ThroughputArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let spec = spec_from(&args);
+    let repeated = Repeated {
+        command: "throughput",
+        kind: "throughput",
+        json: args.json,
+        args: &args.repeat,
+    };
+    repeated.run(|| run_once(&args, &spec), human_report)
+}
+
+/// One test, with a progress bar on a terminal.
+fn run_once(args: &ThroughputArgs, spec: &ThroughputSpec) -> Result<ThroughputResult, String> {
     let total_ms = spec.duration_us.map_or(0, |us| us / 1000);
     let bar = progress_bar(args.json, total_ms.max(1));
     let ticker = bar.clone().map(|bar| {
@@ -182,7 +194,7 @@ pub fn run(args: ThroughputArgs) -> ExitCode {
         })
     });
     let result = match spec.tool {
-        ThroughputTool::Native => vantage_probe::throughput::client::run_native(&spec),
+        ThroughputTool::Native => vantage_probe::throughput::client::run_native(spec),
         ThroughputTool::Iperf3 => args
             .ticket
             .as_ref()
@@ -193,7 +205,7 @@ pub fn run(args: ThroughputArgs) -> ExitCode {
                     ticket,
                 )
             })
-            .and_then(|()| vantage_probe::iperf3::client::run_iperf3(&spec)),
+            .and_then(|()| vantage_probe::iperf3::client::run_iperf3(spec)),
     };
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -201,14 +213,7 @@ pub fn run(args: ThroughputArgs) -> ExitCode {
     if let Some(ticker) = ticker {
         let _ = ticker.join();
     }
-    match result {
-        Ok(result) if args.json => print_json("throughput", &result),
-        Ok(result) => print_stdout("throughput", &human_report(&result)),
-        Err(err) => {
-            eprintln!("vantage throughput: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    result.map_err(|error| error.to_string())
 }
 
 fn summary_line(summary: &ThroughputSummary) -> String {

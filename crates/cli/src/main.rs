@@ -8,6 +8,7 @@ mod cmd_endpoint;
 mod cmd_health;
 mod cmd_lab;
 mod cmd_latency;
+mod cmd_qoe;
 mod cmd_sandwich;
 mod cmd_server;
 mod cmd_throughput;
@@ -16,6 +17,7 @@ mod cmd_trace;
 mod connection;
 mod daemon;
 mod demo_lab;
+mod repeat;
 
 use clap::{Parser, Subcommand};
 
@@ -57,6 +59,8 @@ enum Command {
     Demo(cmd_demo::DemoArgs),
     /// Network health (Chard et al., FGCS 2015): pair matrix, healthiest hosts, weight refitting.
     Health(cmd_health::HealthArgs),
+    /// Video QoE from a throughput series: playback-buffer stalls and MOS (Rufini et al., Fotonica 2014).
+    Qoe(cmd_qoe::QoeArgs),
     /// Signing keys and test tickets for standalone endpoints (`vantage endpoint --authorized-keys`).
     Ticket(cmd_ticket::TicketArgs),
 }
@@ -77,6 +81,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => cmd_demo::run(args),
         Command::Ticket(args) => cmd_ticket::run(args),
         Command::Health(args) => cmd_health::run(args),
+        Command::Qoe(args) => cmd_qoe::run(args),
     }
 }
 

@@ -758,6 +758,102 @@ fn small_window_over_a_delayed_path_is_limited_by_the_receive_window() {
     assert!(received_bps < 100e6, "received {received_bps}: {evidence}");
 }
 
+/// The story of Rufini et al. (Fotonica 2014) on the access-line lab: a 64 KiB window
+/// holds a download to window/RTT far below the line at 150 ms, a 4-minute 720p video then
+/// stalls where it plays smoothly at 20 ms, and 5 parallel flows fill a 100 Mbit/s line at
+/// 100 ms that one flow cannot. CUBIC senders, as in the paper's time (bench/sla-qoe runs
+/// the whole story beside iperf3).
+#[test]
+fn a_64k_window_on_the_access_line_tells_the_story_of_rufini_et_al() {
+    require_root();
+    let _serial = serial();
+    let lab = LabGuard::up("access-line.toml", "q");
+    let _endpoint = LabEndpoint::start(&lab, "server", 7862);
+    let server = "10.77.1.2";
+    let download = |seconds: &str, window: &str, streams: &str| {
+        lab.throughput(
+            "client",
+            server,
+            &[
+                "--reverse",
+                "-t",
+                seconds,
+                "-O",
+                "2",
+                "--window",
+                window,
+                "-P",
+                streams,
+                "--congestion",
+                "cubic",
+            ],
+        )
+    };
+    let mos = |result: &serde_json::Value| {
+        let file = tempfile::NamedTempFile::new().expect("temporary file");
+        std::fs::write(file.path(), result.to_string()).expect("write the series");
+        let path = file.path().to_str().unwrap();
+        let report: serde_json::Value = serde_json::from_str(&vantage_ok(&[
+            "qoe",
+            path,
+            "--video",
+            "4m",
+            "--loop",
+            "--json",
+            "--profile",
+            "youtube-480p",
+            "--profile",
+            "youtube-720p",
+        ]))
+        .expect("qoe JSON");
+        let profiles = report["profiles"].as_array().unwrap();
+        profiles
+            .iter()
+            .map(|p| {
+                p["outcome"]["mos"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{p}"))
+            })
+            .collect::<Vec<_>>()
+    };
+
+    lab.set("core", &["delay=75ms"]);
+    let far = download("8", "64K", "1");
+    let received_bps = far["summary"]["received_bps"].as_f64().unwrap();
+    let evidence = &far["evidence"];
+    let window_rate_bps = evidence["window_rate_bps"].as_f64().expect("window/RTT");
+    assert_eq!(far["limited_by"], "receive_window", "{evidence}");
+    assert!(
+        (received_bps / window_rate_bps - 1.0).abs() <= 0.1,
+        "received {received_bps} vs window/RTT {window_rate_bps}: {evidence}"
+    );
+    assert!(
+        received_bps < 0.15 * 50e6,
+        "received {received_bps} on a 50 Mbit/s line"
+    );
+    assert_eq!(mos(&far), [5, 1], "480p and 720p at {received_bps} bit/s");
+
+    lab.set("core", &["delay=10ms"]);
+    let near = download("4", "64K", "1");
+    let near_bps = near["summary"]["received_bps"].as_f64().unwrap();
+    assert_eq!(mos(&near), [5, 5], "480p and 720p at {near_bps} bit/s");
+
+    lab.set("access-line", &["rate=100M"]);
+    lab.set("core", &["delay=50ms"]);
+    let goodput_bps = 100e6 * 1448.0 / 1514.0;
+    let one = download("6", "256K", "1")["summary"]["received_bps"]
+        .as_f64()
+        .unwrap();
+    let five = download("6", "256K", "5")["summary"]["received_bps"]
+        .as_f64()
+        .unwrap();
+    assert!(one < 0.5 * goodput_bps, "one flow {one} bit/s");
+    assert!(
+        five >= 0.9 * goodput_bps,
+        "five flows {five} bit/s, one {one}"
+    );
+}
+
 /// The IPv4 address `node` has on `link`, from `lab status --json`.
 fn node_address(status: &serde_json::Value, node: &str, link: &str) -> String {
     let topology = &status["state"]["topology"];

@@ -106,6 +106,12 @@ fn latency_json_carries_the_contract_fields_for_every_protocol() {
         assert_eq!(doc["test"], "latency");
         assert_eq!(doc["samples"].as_array().map(Vec::len), Some(4));
         assert!(doc["timestamping"]["transmit"].is_string());
+        let cpu = &doc["probe_cpu"];
+        assert!(cpu["saturated"].is_boolean(), "probe_cpu in {doc}");
+        assert!(
+            cpu["thread_cpu_ratio"].as_f64().is_some_and(|r| r >= 0.0),
+            "{cpu}"
+        );
         if protocol == "udp" {
             assert!(summary["one_way"]["local_clock"]["synchronized"].is_boolean());
             assert_eq!(summary["forward_lost"], 0);

@@ -211,6 +211,106 @@ fn capacity_json_carries_the_contract_fields() {
     assert!(summary["rtt_us"].is_f64(), "{summary}");
     assert!(summary["verified_loss_ratio"].is_f64(), "{summary}");
     assert!(result["bound"]["binding"].is_string());
+    let calibration = &result["calibration"];
+    assert!(calibration["probe_limited"].is_boolean(), "{calibration}");
+    assert_eq!(
+        calibration["streams"], result["spec"]["tcp_streams"],
+        "{calibration}"
+    );
+    assert!(calibration["reason"].is_string(), "{calibration}");
+}
+
+/// `--repeat N` (Miravalls-Sierra et al., 2018): every run's document and each metric
+/// across the runs; a run that fails stops the series and names itself.
+#[test]
+fn repeat_reports_every_run_and_the_metrics_across_them() {
+    let endpoint = Endpoint::start();
+    let port = endpoint.port.to_string();
+    let report = run_json(&[
+        "throughput",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "0.5",
+        "--repeat",
+        "3",
+        "--repeat-gap",
+        "100ms",
+        "--json",
+    ]);
+    assert_eq!(report["test"], "throughput");
+    assert_eq!(
+        (report["repeat"].as_u64(), report["gap_us"].as_u64()),
+        (Some(3), Some(100_000))
+    );
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    let received: Vec<f64> = runs
+        .iter()
+        .map(|run| run["summary"]["received_bps"].as_f64().unwrap())
+        .collect();
+    let row = report["across_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["metric"] == "received_bps")
+        .expect("received_bps across the runs")
+        .clone();
+    let mean = received.iter().sum::<f64>() / 3.0;
+    assert!(
+        (row["mean"].as_f64().unwrap() - mean).abs() <= 1e-6 * mean,
+        "{row}"
+    );
+    let (min, max) = (
+        received.iter().cloned().fold(f64::MAX, f64::min),
+        received.iter().cloned().fold(0.0, f64::max),
+    );
+    assert_eq!(
+        (row["min"].as_f64().unwrap(), row["max"].as_f64().unwrap()),
+        (min, max)
+    );
+    assert_eq!(row["runs"], 3);
+
+    let latency = run_json(&[
+        "latency",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-c",
+        "5",
+        "-i",
+        "10ms",
+        "--repeat",
+        "2",
+        "--repeat-gap",
+        "0s",
+        "--json",
+    ]);
+    assert_eq!(latency["runs"].as_array().unwrap().len(), 2);
+    assert!(latency["across_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|row| row["metric"] == "rtt_median_us" && row["runs"] == 2));
+
+    drop(endpoint);
+    let (ok, _, stderr) = run(&[
+        "throughput",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "0.5",
+        "--repeat",
+        "2",
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("vantage throughput: run 1 of 2: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cannot connect"), "{stderr}");
 }
 
 #[test]

@@ -83,6 +83,19 @@ pub struct BoundCheck {
     pub explanation: String,
 }
 
+/// The calibration of Miravalls-Sierra et al. (2018): one stream, then several. When
+/// several carry no more than one while the path carries more, the measuring hosts
+/// (CPU, NIC, bus), not the network, set the figure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamCalibration {
+    pub streams: u32,
+    /// Multi-stream over single-stream TCP throughput.
+    pub gain_ratio: f64,
+    /// The figures are the probe's, not the path's.
+    pub probe_limited: bool,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CapacitySummary {
     /// B_c* when verified, else B_c (see `verified`).
@@ -119,4 +132,7 @@ pub struct CapacityResult {
     pub tcp_parallel: TcpRun,
     pub probes: Vec<UdpProbe>,
     pub bound: BoundCheck,
+    /// Absent in results archived before the calibration existed.
+    #[serde(default)]
+    pub calibration: Option<StreamCalibration>,
 }

@@ -223,6 +223,46 @@ pub struct LatencyResult {
     pub timestamping: Timestamping,
     pub summary: LatencySummary,
     pub samples: Vec<ProbeSample>,
+    /// The probe's own CPU during the run; absent in results archived before it existed.
+    #[serde(default)]
+    pub probe_cpu: Option<ProbeCpu>,
+}
+
+/// Probe self-check of a latency run (Miravalls-Sierra et al., 2018): a probe host near
+/// CPU saturation over-reports delay, so the result says whether it was.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ProbeCpu {
+    /// Share of all cores busy during the run (/proc/stat), 0..1.
+    pub host_busy_ratio: Option<f64>,
+    /// The probing thread's CPU time / wall time (1.0 = a full core).
+    pub thread_cpu_ratio: f64,
+    /// Share of the run the probing thread was runnable but waited for a core.
+    pub thread_runqueue_wait_ratio: Option<f64>,
+    /// The host was at least 90 % busy, or the probing thread waited for a core at
+    /// least 10 % of the time: its timestamps and sends may run late.
+    pub saturated: bool,
+}
+
+impl ProbeCpu {
+    pub const HOST_BUSY_LIMIT_RATIO: f64 = 0.9;
+    pub const RUNQUEUE_WAIT_LIMIT_RATIO: f64 = 0.1;
+
+    /// The check from its measurements.
+    pub fn judge(
+        host_busy_ratio: Option<f64>,
+        thread_cpu_ratio: f64,
+        thread_runqueue_wait_ratio: Option<f64>,
+    ) -> Self {
+        let saturated = host_busy_ratio.is_some_and(|busy| busy >= Self::HOST_BUSY_LIMIT_RATIO)
+            || thread_runqueue_wait_ratio
+                .is_some_and(|wait| wait >= Self::RUNQUEUE_WAIT_LIMIT_RATIO);
+        Self {
+            host_busy_ratio,
+            thread_cpu_ratio,
+            thread_runqueue_wait_ratio,
+            saturated,
+        }
+    }
 }
 
 /// What a sandwich-probing run was asked to do (Chard et al., FGCS 2015).

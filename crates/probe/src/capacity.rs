@@ -15,9 +15,11 @@
 //! link counts. The steady part skips the first quarter of each probe (queue fill).
 
 use vantage_model::capacity::{
-    BoundCheck, CapacityResult, CapacitySpec, CapacitySummary, TcpRun, UdpProbe,
+    BoundCheck, CapacityResult, CapacitySpec, CapacitySummary, StreamCalibration, TcpRun, UdpProbe,
 };
-use vantage_model::throughput::{Direction, ThroughputProtocol, ThroughputResult, ThroughputSpec};
+use vantage_model::throughput::{
+    Direction, LimitedBy, ThroughputProtocol, ThroughputResult, ThroughputSpec,
+};
 
 use crate::throughput::client::{resolve, run_native, ThroughputError};
 
@@ -247,6 +249,73 @@ pub fn bound_check(single: &TcpRun, capacity_bps: f64) -> BoundCheck {
     }
 }
 
+/// Several streams carrying less than this many times one stream "give no more".
+const STREAM_GAIN_FLOOR: f64 = 1.1;
+/// The path carries more than TCP when B_c exceeds the best TCP figure by this factor.
+const PATH_HEADROOM: f64 = 1.2;
+
+/// Single stream, then several (Miravalls-Sierra et al., 2018), read against what the
+/// UDP probe showed the path carries (pure).
+pub fn stream_calibration(
+    single: &TcpRun,
+    parallel: &TcpRun,
+    capacity_bps: f64,
+    over_capacity_reached: bool,
+) -> StreamCalibration {
+    let gain_ratio = parallel.received_bps / single.received_bps.max(1.0);
+    let best_bps = single.received_bps.max(parallel.received_bps);
+    let mbps = |bps: f64| bps / 1e6;
+    let cpu_bound = [single, parallel]
+        .iter()
+        .any(|run| run.limited_by == LimitedBy::Cpu);
+    let (probe_limited, reason) = if gain_ratio >= STREAM_GAIN_FLOOR {
+        (
+            false,
+            format!(
+                "{} streams carry {gain_ratio:.2} × one: the hosts carry more than one stream \
+                 did, so that stream was held by its own window or congestion control",
+                parallel.streams
+            ),
+        )
+    } else if over_capacity_reached && capacity_bps > PATH_HEADROOM * best_bps {
+        (
+            true,
+            format!(
+                "{} streams carry no more than one ({:.1} vs {:.1} Mbit/s) while UDP shows the \
+                 path carries {:.1} Mbit/s: the measuring hosts (CPU, NIC, bus) set the TCP figures",
+                parallel.streams,
+                mbps(parallel.received_bps),
+                mbps(single.received_bps),
+                mbps(capacity_bps)
+            ),
+        )
+    } else if !over_capacity_reached && cpu_bound {
+        (
+            true,
+            format!(
+                "{} streams carry no more than one, the UDP sender could not over-drive the path \
+                 and a TCP run was CPU-bound: the measuring hosts set every figure",
+                parallel.streams
+            ),
+        )
+    } else {
+        (
+            false,
+            format!(
+                "one stream already carries what the path gives ({:.1} of {:.1} Mbit/s)",
+                mbps(single.received_bps),
+                mbps(capacity_bps)
+            ),
+        )
+    };
+    StreamCalibration {
+        streams: parallel.streams,
+        gain_ratio,
+        probe_limited,
+        reason,
+    }
+}
+
 /// Runs the whole method against a vantage endpoint.
 pub fn run_capacity(
     spec: &CapacitySpec,
@@ -312,6 +381,12 @@ pub fn run_capacity(
         None => (estimated, last_loss, false),
     };
     let bound = bound_check(&tcp_single, capacity_bps);
+    let calibration = stream_calibration(
+        &tcp_single,
+        &tcp_parallel,
+        capacity_bps,
+        over_capacity_reached,
+    );
     Ok(CapacityResult {
         test: "capacity".to_string(),
         started_at: started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -331,13 +406,13 @@ pub fn run_capacity(
         tcp_parallel,
         probes,
         bound,
+        calibration: Some(calibration),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vantage_model::throughput::LimitedBy;
 
     fn single(received_bps: f64, cwnd: f64, rwnd: f64, rtt_us: f64) -> TcpRun {
         TcpRun {
@@ -360,6 +435,63 @@ mod tests {
         assert_eq!(check.binding, "receive_window");
         assert!((check.rwnd_bps.unwrap() - 104.9e6).abs() < 1e6);
         assert_eq!(check.holds, Some(true));
+    }
+
+    fn streams(streams: u32, received_bps: f64, limited_by: LimitedBy) -> TcpRun {
+        TcpRun {
+            streams,
+            limited_by,
+            ..single(received_bps, 1e6, 1e6, 1_000.0)
+        }
+    }
+
+    #[test]
+    fn four_windows_carry_four_times_one_and_clear_the_probe() {
+        // A 64 KB window per stream: 4 streams ≈ 4 × 85 Mbit/s on a 1 Gbit/s path.
+        let calibration = stream_calibration(
+            &streams(1, 85e6, LimitedBy::ReceiveWindow),
+            &streams(4, 330e6, LimitedBy::ReceiveWindow),
+            950e6,
+            true,
+        );
+        assert!(!calibration.probe_limited, "{calibration:?}");
+        assert!((calibration.gain_ratio - 330.0 / 85.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn streams_that_add_nothing_below_the_path_blame_the_probe() {
+        // 1 and 4 streams both 2 Gbit/s while UDP delivered 9 Gbit/s.
+        let calibration = stream_calibration(
+            &streams(1, 2.0e9, LimitedBy::Cpu),
+            &streams(4, 2.1e9, LimitedBy::Cpu),
+            9e9,
+            true,
+        );
+        assert!(calibration.probe_limited, "{calibration:?}");
+        assert!(
+            calibration.reason.contains("9000.0 Mbit/s"),
+            "{calibration:?}"
+        );
+        // The UDP sender could not over-drive the path either, and TCP was CPU-bound.
+        let calibration = stream_calibration(
+            &streams(1, 2.0e9, LimitedBy::Cpu),
+            &streams(4, 2.0e9, LimitedBy::Cpu),
+            2.2e9,
+            false,
+        );
+        assert!(calibration.probe_limited, "{calibration:?}");
+    }
+
+    #[test]
+    fn one_stream_filling_the_line_is_not_the_probe() {
+        let calibration = stream_calibration(
+            &streams(1, 95e6, LimitedBy::Network),
+            &streams(4, 96e6, LimitedBy::Network),
+            100e6,
+            true,
+        );
+        assert!(!calibration.probe_limited, "{calibration:?}");
+        assert!(calibration.reason.starts_with("one stream already carries"));
     }
 
     #[test]

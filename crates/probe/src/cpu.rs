@@ -99,6 +99,45 @@ impl ThreadCpuMark {
     }
 }
 
+/// The host's aggregate CPU counters (/proc/stat, in clock ticks) at one instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostCpuMark {
+    busy_ticks: u64,
+    total_ticks: u64,
+}
+
+impl HostCpuMark {
+    /// Now, or `None` where /proc/stat cannot be read.
+    pub fn now() -> Option<Self> {
+        Self::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The first (`cpu `) line of /proc/stat: user nice system idle iowait irq softirq
+    /// steal …; idle and iowait are the idle ticks (pure).
+    pub fn parse(proc_stat: &str) -> Option<Self> {
+        let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
+        let ticks: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|field| field.parse().ok())
+            .collect::<Option<_>>()?;
+        let idle_ticks = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
+        let total_ticks: u64 = ticks.iter().sum();
+        Some(Self {
+            busy_ticks: total_ticks - idle_ticks,
+            total_ticks,
+        })
+    }
+
+    /// Share of all cores busy between `self` and `later` (`None` when no tick passed).
+    pub fn busy_ratio_until(&self, later: &HostCpuMark) -> Option<f64> {
+        let total = later.total_ticks.checked_sub(self.total_ticks)?;
+        let busy = later.busy_ticks.checked_sub(self.busy_ticks)?;
+        (total > 0).then(|| busy as f64 / total as f64)
+    }
+}
+
 /// CPU cores online.
 pub fn online_cores() -> usize {
     std::thread::available_parallelism()
@@ -116,6 +155,16 @@ pub fn pin_current_thread(core: usize) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn host_busy_share_from_two_proc_stat_samples() {
+        // 100 ticks pass: 30 user + 10 system busy, 55 idle + 5 iowait idle.
+        let before = HostCpuMark::parse("cpu  100 0 50 1000 20 0 0 0 0 0\ncpu0 1 2 3 4\n").unwrap();
+        let after = HostCpuMark::parse("cpu  130 0 60 1055 25 0 0 0 0 0\n").unwrap();
+        assert_eq!(before.busy_ratio_until(&after), Some(0.4));
+        assert_eq!(before.busy_ratio_until(&before), None);
+        assert_eq!(HostCpuMark::parse("intr 1 2\n"), None);
+    }
+
     use super::*;
 
     #[test]

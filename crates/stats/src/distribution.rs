@@ -63,7 +63,7 @@ pub fn distribution(samples: &[f64]) -> Option<Distribution> {
 
 /// Location and spread of per-interval samples (e.g. throughput per second), the
 /// pair of pairs Miravalls-Sierra et al. (2018) ask to report: mean ± stddev and median with IQR.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Spread {
     pub mean: f64,
     /// Population standard deviation (see [`distribution`]).
@@ -71,6 +71,8 @@ pub struct Spread {
     pub median: f64,
     /// Interquartile range: p75 - p25, percentiles per [`percentile`].
     pub iqr: f64,
+    pub min: f64,
+    pub max: f64,
 }
 
 /// [`Spread`] of the finite samples; `None` when there are none.
@@ -85,6 +87,8 @@ pub fn spread(samples: &[f64]) -> Option<Spread> {
         stddev,
         median: percentile(&sorted, 50.0)?,
         iqr: percentile(&sorted, 75.0)? - percentile(&sorted, 25.0)?,
+        min: sorted[0],
+        max: sorted[sorted.len() - 1],
     })
 }
 
@@ -157,6 +161,7 @@ mod tests {
         assert!((s.stddev - 5.25f64.sqrt()).abs() < 1e-12);
         assert_eq!(s.median, 4.5);
         assert!((s.iqr - 3.5).abs() < 1e-12);
+        assert_eq!((s.min, s.max), (1.0, 8.0));
         assert_eq!(spread(&[f64::NAN]), None);
     }
 }

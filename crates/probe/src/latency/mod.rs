@@ -22,9 +22,11 @@ pub use engine::{LatencyError, Progress};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
 use vantage_model::latency::{
-    LatencyProtocol, LatencyResult, LatencySpec, LatencySummary, ProbeSample, ProbeStatus,
+    LatencyProtocol, LatencyResult, LatencySpec, LatencySummary, ProbeCpu, ProbeSample, ProbeStatus,
 };
 use vantage_stats::{distribution, ipdv, jitter, ProbeFate};
+
+use crate::cpu::{HostCpuMark, ThreadCpuMark};
 
 use engine::EngineRun;
 
@@ -71,11 +73,24 @@ pub fn run_latency(
     validate(spec)?;
     let target = resolve_target(&spec.target, spec.port)?;
     let start_time = chrono::Utc::now();
+    // The engines probe from this thread: its CPU, and the host's, are the probe's.
+    let (thread_mark, host_mark) = (ThreadCpuMark::now(), HostCpuMark::now());
     let run = match spec.protocol {
         LatencyProtocol::Udp => udp::run(spec, target, progress)?,
         LatencyProtocol::Tcp => tcp::run(spec, target, progress)?,
         LatencyProtocol::Icmp => icmp::run(spec, target, progress)?,
     };
+    let thread_use = thread_mark.elapsed();
+    let host_busy_ratio = host_mark
+        .zip(HostCpuMark::now())
+        .and_then(|(before, after)| before.busy_ratio_until(&after));
+    let probe_cpu = ProbeCpu::judge(
+        host_busy_ratio,
+        thread_use.cpu_ratio(),
+        thread_use
+            .runqueue_wait_s
+            .map(|_| thread_use.runqueue_wait_ratio()),
+    );
     let (summary, samples) = summarize(&run);
     Ok(LatencyResult {
         test: "latency".into(),
@@ -95,6 +110,7 @@ pub fn run_latency(
         timestamping: run.timestamping,
         summary,
         samples,
+        probe_cpu: Some(probe_cpu),
     })
 }
 
