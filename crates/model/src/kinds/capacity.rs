@@ -87,7 +87,7 @@ pub static KIND: TestKind = TestKind {
     service: |_| Service::Endpoint,
     estimate,
     check: crate::kinds::spec::no_check,
-    metrics: &[CAPACITY, TCP, VERIFIED_LOSS],
+    metrics: &[CAPACITY, TCP, VERIFIED_LOSS, PROBE_LIMITED],
 };
 
 pub const CAPACITY: Metric = Metric {
@@ -113,6 +113,15 @@ pub const VERIFIED_LOSS: Metric = Metric {
     unit: "ratio",
     scale: 1.0,
     help: "Loss at the verification rate of the latest capacity run.",
+};
+/// One stream, then several (Miravalls-Sierra et al., 2018): the hosts set the figures.
+pub const PROBE_LIMITED: Metric = Metric {
+    name: "probe_limited",
+    pointer: "/calibration/probe_limited",
+    family: "vantage_probe_limited",
+    unit: "",
+    scale: 1.0,
+    help: "1 when several streams carried no more than one while the path carried more in the latest capacity run.",
 };
 
 /// Two TCP runs (one stream and several) plus the UDP probe phases, each with its

@@ -82,7 +82,7 @@ pub static KIND: TestKind = TestKind {
     service,
     estimate: probing_time,
     check: crate::kinds::spec::no_check,
-    metrics: &[RTT_MIN, RTT_MEDIAN, RTT_P95, LOSS, JITTER],
+    metrics: &[RTT_MIN, RTT_MEDIAN, RTT_P95, LOSS, JITTER, PROBE_SATURATED],
 };
 
 pub const RTT_MIN: Metric = Metric {
@@ -124,6 +124,15 @@ pub const JITTER: Metric = Metric {
     unit: "seconds",
     scale: 1e-6,
     help: "RFC 3550 jitter of the latest run.",
+};
+/// The probe's self-check (Miravalls-Sierra et al., 2018): its delays may be over-reported.
+pub const PROBE_SATURATED: Metric = Metric {
+    name: "probe_saturated",
+    pointer: "/probe_cpu/saturated",
+    family: "vantage_probe_saturated",
+    unit: "",
+    scale: 1.0,
+    help: "1 when the probing host was near CPU saturation during the latest run.",
 };
 
 fn service(spec: &Spec<'_>) -> Service {
