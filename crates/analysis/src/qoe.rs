@@ -95,6 +95,9 @@ pub struct PlaybackSpec {
     pub loop_series: bool,
 }
 
+/// Times closer than this are the same instant (float rounding of event times).
+const EPSILON_S: f64 = 1e-9;
+
 /// Passes over a series before the model gives up (a near-zero rate).
 const MAX_SERIES_PASSES: usize = 100_000;
 
@@ -187,6 +190,22 @@ pub fn series_from_intervals(
         .collect()
 }
 
+/// The series' length.
+pub fn series_duration_s(series: &[RateStep]) -> f64 {
+    series.iter().map(|step| step.duration_s).sum()
+}
+
+/// The series' time-weighted mean rate (0 for a series of no time).
+pub fn mean_rate_bps(series: &[RateStep]) -> f64 {
+    let duration_s = series_duration_s(series);
+    let bits: f64 = series.iter().map(|s| s.rate_bps * s.duration_s).sum();
+    if duration_s > 0.0 {
+        bits / duration_s
+    } else {
+        0.0
+    }
+}
+
 fn check(spec: &PlaybackSpec, series: &[RateStep]) -> Result<(), QoeError> {
     for (field, value) in [
         ("bitrate_bps", spec.bitrate_bps),
@@ -233,13 +252,17 @@ struct Player {
     downloaded_s: f64,
     /// Video seconds played.
     played_s: f64,
-    playing: bool,
     started_at_s: Option<f64>,
     stall_started_at_s: Option<f64>,
     stalls: Vec<Stall>,
 }
 
 impl Player {
+    /// Started and not stalled.
+    fn playing(&self) -> bool {
+        self.started_at_s.is_some() && self.stall_started_at_s.is_none()
+    }
+
     fn buffered_s(&self) -> f64 {
         self.downloaded_s - self.played_s
     }
@@ -257,7 +280,6 @@ impl Player {
     /// Advances through one step of `duration_s` downloading at `rate_bps`,
     /// handling every event inside it. Returns true once playback has finished.
     fn advance(&mut self, spec: &PlaybackSpec, mut duration_s: f64, rate_bps: f64) -> bool {
-        const EPSILON_S: f64 = 1e-9;
         loop {
             if self.played_s >= spec.video_s - EPSILON_S {
                 return true;
@@ -268,10 +290,9 @@ impl Player {
             } else {
                 0.0
             };
-            if !self.playing {
+            if !self.playing() {
                 let missing_s = self.resume_level_s(spec) - self.buffered_s();
                 if missing_s <= EPSILON_S {
-                    self.playing = true;
                     match self.stall_started_at_s.take() {
                         Some(start_s) => self.stalls.push(Stall {
                             start_s,
@@ -320,7 +341,6 @@ impl Player {
                 return true;
             }
             if self.buffered_s() <= EPSILON_S && step_s == to_empty_s {
-                self.playing = false;
                 self.stall_started_at_s = Some(self.now_s);
             }
             if duration_s <= EPSILON_S {
@@ -333,13 +353,10 @@ impl Player {
 /// Plays `spec`'s video over `series` and scores it.
 pub fn play(spec: &PlaybackSpec, series: &[RateStep]) -> Result<PlaybackOutcome, QoeError> {
     check(spec, series)?;
-    let series_s: f64 = series.iter().map(|step| step.duration_s).sum();
-    let series_bits: f64 = series.iter().map(|s| s.rate_bps * s.duration_s).sum();
     let mut player = Player {
         now_s: 0.0,
         downloaded_s: 0.0,
         played_s: 0.0,
-        playing: false,
         started_at_s: None,
         stall_started_at_s: None,
         stalls: Vec::new(),
@@ -352,7 +369,7 @@ pub fn play(spec: &PlaybackSpec, series: &[RateStep]) -> Result<PlaybackOutcome,
                 break 'outer;
             }
         }
-        let fully_downloaded = player.downloaded_s >= spec.video_s - 1e-9;
+        let fully_downloaded = player.downloaded_s >= spec.video_s - EPSILON_S;
         if fully_downloaded {
             // The rest plays out of the buffer with no further download.
             player.advance(spec, f64::INFINITY, 0.0);
@@ -360,7 +377,7 @@ pub fn play(spec: &PlaybackSpec, series: &[RateStep]) -> Result<PlaybackOutcome,
         }
         if !spec.loop_series {
             return Err(QoeError::SeriesTooShort {
-                series_s,
+                series_s: series_duration_s(series),
                 downloaded_s: player.downloaded_s,
                 video_s: spec.video_s,
             });
@@ -377,7 +394,7 @@ pub fn play(spec: &PlaybackSpec, series: &[RateStep]) -> Result<PlaybackOutcome,
         total_stall_s: durations.iter().fold(0.0, |total, d| total + d),
         stalls: player.stalls,
         finished_at_s: player.now_s,
-        mean_rate_bps: series_bits / series_s,
+        mean_rate_bps: mean_rate_bps(series),
         series_passes: passes,
         mos,
         mos_rule: rule.to_string(),

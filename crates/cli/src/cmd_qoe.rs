@@ -1,7 +1,7 @@
 //! `vantage qoe`: video stalls and MOS from a throughput series, by the
 //! playback-buffer model and MOS guideline of Rufini et al. (Fotonica 2014).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -165,7 +165,7 @@ fn profiles(args: &QoeArgs) -> Result<Vec<VideoProfile>, String> {
         .collect()
 }
 
-fn read_input(path: &PathBuf) -> Result<String, String> {
+fn read_input(path: &Path) -> Result<String, String> {
     if path.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))
     } else {
@@ -182,8 +182,7 @@ fn report(args: &QoeArgs) -> Result<QoeReport, String> {
             Ok((series, source))
         })
         .map_err(|e| format!("{}: {e}", args.series.display()))?;
-    let duration_s: f64 = series.iter().map(|step| step.duration_s).sum();
-    let bits: f64 = series.iter().map(|s| s.duration_s * s.rate_bps).sum();
+    let duration_s = qoe::series_duration_s(&series);
     let video_s = args.video.map_or(duration_s, |video| video.as_secs_f64());
     let verdicts = profiles
         .iter()
@@ -209,11 +208,7 @@ fn report(args: &QoeArgs) -> Result<QoeReport, String> {
             source,
             steps: series.len(),
             duration_s,
-            mean_rate_bps: if duration_s > 0.0 {
-                bits / duration_s
-            } else {
-                0.0
-            },
+            mean_rate_bps: qoe::mean_rate_bps(&series),
         },
         video_s,
         initial_buffer_s: args.initial_buffer.as_secs_f64(),

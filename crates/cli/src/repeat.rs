@@ -79,14 +79,11 @@ impl Repeated<'_> {
                 }
             }
         }
-        let printed = match (self.args.repeat, runs.pop()) {
-            (_, None) => ExitCode::SUCCESS,
-            (1, Some(only)) if self.json => print_json(self.command, &only),
-            (1, Some(only)) => print_stdout(self.command, &human(&only)),
-            (_, Some(last)) => {
-                runs.push(last);
-                self.print_several(runs, &human)
-            }
+        let printed = match runs.as_slice() {
+            [] => ExitCode::SUCCESS,
+            [only] if self.args.repeat == 1 && self.json => print_json(self.command, only),
+            [only] if self.args.repeat == 1 => print_stdout(self.command, &human(only)),
+            _ => self.print_several(runs, &human),
         };
         match failure {
             Some(error) => {

@@ -155,6 +155,8 @@ pub fn pin_current_thread(core: usize) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn host_busy_share_from_two_proc_stat_samples() {
         // 100 ticks pass: 30 user + 10 system busy, 55 idle + 5 iowait idle.
@@ -164,8 +166,6 @@ mod tests {
         assert_eq!(before.busy_ratio_until(&before), None);
         assert_eq!(HostCpuMark::parse("intr 1 2\n"), None);
     }
-
-    use super::*;
 
     #[test]
     fn busy_thread_uses_about_a_core_and_sleeping_thread_does_not() {
