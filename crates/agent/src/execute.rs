@@ -23,6 +23,7 @@ pub static ENGINES: &[(&TestKind, Engine)] = &[
     (&kinds::sandwich::KIND, sandwich),
     (&kinds::trace::KIND, trace),
     (&kinds::health::KIND, health),
+    (&kinds::diagnose::KIND, diagnose),
 ];
 
 /// Names of the kinds this agent can run as a client.
@@ -96,6 +97,12 @@ fn health(spec: &Spec<'_>, target: &Target, run: &AssignedRun) -> Result<Value, 
     let spec = kinds::health::engine_spec(spec, target).map_err(spec_error)?;
     let ticket = run.ticket.as_ref().map(|ticket| ticket.ticket.clone());
     Ok(to_json(vantage_probe::health::run_health(&spec, ticket)))
+}
+
+fn diagnose(spec: &Spec<'_>, target: &Target, run: &AssignedRun) -> Result<Value, String> {
+    let mut spec = kinds::diagnose::engine_spec(spec, target).map_err(spec_error)?;
+    spec.ticket = run.ticket.as_ref().map(|ticket| ticket.ticket.clone());
+    Ok(to_json(vantage_probe::diagnose::run_diagnostic(&spec)))
 }
 
 /// Runs the measurement (blocking: call from `spawn_blocking`) and describes the outcome.

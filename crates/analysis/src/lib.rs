@@ -12,6 +12,7 @@
 //! - [`repeat`]: a test's summary metrics across repeated runs (mean ± σ, median
 //!   and IQR; Miravalls-Sierra et al., 2018).
 
+pub mod diagnosis;
 pub mod fit;
 pub mod health;
 pub mod qoe;

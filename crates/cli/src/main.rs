@@ -4,6 +4,7 @@ mod cmd_agent;
 mod cmd_capacity;
 mod cmd_config;
 mod cmd_demo;
+mod cmd_diagnose;
 mod cmd_endpoint;
 mod cmd_health;
 mod cmd_lab;
@@ -59,6 +60,8 @@ enum Command {
     Demo(cmd_demo::DemoArgs),
     /// Network health (Chard et al., FGCS 2015): pair matrix, healthiest hosts, weight refitting.
     Health(cmd_health::HealthArgs),
+    /// Which suspect, which segment, which direction: the diagnostic bundle to an endpoint, weighed into a verdict with evidence (pathdiag, Mathis et al., PAM 2008).
+    Diagnose(cmd_diagnose::DiagnoseArgs),
     /// Video QoE from a throughput series: playback-buffer stalls and MOS (Rufini et al., Fotonica 2014).
     Qoe(cmd_qoe::QoeArgs),
     /// Signing keys and test tickets for standalone endpoints (`vantage endpoint --authorized-keys`).
@@ -82,6 +85,7 @@ fn main() -> std::process::ExitCode {
         Command::Ticket(args) => cmd_ticket::run(args),
         Command::Health(args) => cmd_health::run(args),
         Command::Qoe(args) => cmd_qoe::run(args),
+        Command::Diagnose(args) => cmd_diagnose::run(args),
     }
 }
 

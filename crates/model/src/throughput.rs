@@ -184,6 +184,9 @@ pub struct TcpSummary {
     /// Smallest peer advertised window seen, when reported.
     pub min_snd_wnd_bytes: Option<u64>,
     pub mean_snd_wnd_bytes: Option<f64>,
+    /// Smallest path MTU the sender's sockets sent with (after path MTU discovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_mtu_bytes: Option<u32>,
 }
 
 /// Totals of one direction (`summary`, and `reverse_summary` under `--bidir`).

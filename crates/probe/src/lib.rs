@@ -15,6 +15,7 @@ pub mod capacity;
 pub mod clock;
 pub mod cpu;
 pub mod deadline;
+pub mod diagnose;
 pub mod endpoint;
 pub mod health;
 pub mod iperf3;

@@ -7,6 +7,7 @@
 //! | field | offset | type | since |
 //! |---|---|---|---|
 //! | tcpi_snd_mss | 16 | u32 | 2.6 |
+//! | tcpi_pmtu (path MTU the socket uses) | 60 | u32 | 2.6 |
 //! | tcpi_rtt / tcpi_rttvar (µs) | 68 / 72 | u32 | 2.6 |
 //! | tcpi_snd_cwnd (segments) | 80 | u32 | 2.6 |
 //! | tcpi_total_retrans | 100 | u32 | 2.6 |
@@ -22,6 +23,9 @@ use std::os::fd::AsRawFd;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct TcpInfo {
     pub snd_mss_bytes: u32,
+    /// The path MTU the socket sends with (lowered by path MTU discovery).
+    #[serde(default)]
+    pub path_mtu_bytes: u32,
     pub rtt_us: u32,
     pub rttvar_us: u32,
     pub cwnd_segments: u32,
@@ -60,6 +64,7 @@ pub fn decode(buf: &[u8], filled: usize) -> io::Result<TcpInfo> {
     };
     Ok(TcpInfo {
         snd_mss_bytes: base(16)?,
+        path_mtu_bytes: base(60)?,
         rtt_us: base(68)?,
         rttvar_us: base(72)?,
         cwnd_segments: base(80)?,
@@ -128,6 +133,8 @@ mod tests {
         let info = read(&client).unwrap();
         assert!(info.cwnd_segments >= 1, "{info:?}");
         assert!(info.snd_mss_bytes >= 536, "{info:?}");
+        // Loopback's MTU is 65536; IP caps a packet at 65535.
+        assert_eq!(info.path_mtu_bytes, 65_535, "{info:?}");
         assert!(
             info.busy_time_us.is_some(),
             "kernel without tcpi_busy_time: {info:?}"

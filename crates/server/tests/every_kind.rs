@@ -106,7 +106,8 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "queue", "type": "sandwich", "spec": {"count": 5, "interval": "20ms", "timeout": "500ms"}},
             {"name": "route", "type": "trace", "spec": {"max_ttl": 4, "queries": 2, "timeout": "500ms"}},
             {"name": "route-icmp", "type": "trace", "spec": {"protocol": "icmp", "max_ttl": 4, "queries": 2, "timeout": "500ms"}},
-            {"name": "bundle", "type": "health", "spec": {"count": 3, "interval": "10ms", "timeout": "500ms", "throughput_duration": "500ms"}}
+            {"name": "bundle", "type": "health", "spec": {"count": 3, "interval": "10ms", "timeout": "500ms", "throughput_duration": "500ms"}},
+            {"name": "segment", "type": "diagnose", "spec": {"probes": 10, "tcp_duration": "500ms", "tcp_omit": "100ms", "small_udp_duration": "200ms"}}
         ],
         "tasks": [
             {"name": "lat", "test": "rtt", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
@@ -119,7 +120,8 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "sandwich", "test": "queue", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
             {"name": "trace-agents", "test": "route", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
             {"name": "trace-ext", "test": "route-icmp", "group": "to-host", "every": "1m", "offset": offset, "slip": "40s"},
-            {"name": "health", "test": "bundle", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"}
+            {"name": "health", "test": "bundle", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
+            {"name": "diagnose", "test": "segment", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"}
         ]
     });
     let (status, body) = admin.call("PUT", "/api/v1/config", Some(config)).await;
@@ -139,6 +141,7 @@ async fn every_kind_scenario(kind: Kind) {
         "trace-agents",
         "trace-ext",
         "health",
+        "diagnose",
     ]
     .into();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -278,6 +281,18 @@ async fn every_kind_scenario(kind: Kind) {
         raw("health")["throughput"]
     );
     assert_eq!(metric("health", "health_marker_timeout"), 0.0);
+    // The diagnostic bundle's four transfers all ran under the run's one ticket.
+    let diagnose = raw("diagnose");
+    for direction in ["forward", "reverse"] {
+        for part in ["tcp", "small_udp"] {
+            let bps = diagnose[direction][part]["summary"]["received_bps"].as_f64();
+            assert!(
+                bps.is_some_and(|bps| bps > 1e6),
+                "{direction} {part}: {diagnose}"
+            );
+        }
+    }
+    assert_eq!(diagnose["idle"]["received"], 10, "{diagnose}");
     for trace in ["trace-agents", "trace-ext"] {
         assert_eq!(metric(trace, "destination_reached"), 1.0, "{trace}");
         assert_eq!(metric(trace, "hop_count"), 1.0, "{trace}");

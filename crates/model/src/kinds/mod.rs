@@ -9,6 +9,7 @@
 //! instead of matching on kind names.
 
 pub mod capacity;
+pub mod diagnose;
 pub mod health;
 pub mod latency;
 pub mod sandwich;
@@ -33,6 +34,7 @@ pub static KINDS: &[&TestKind] = &[
     &sandwich::KIND,
     &trace::KIND,
     &health::KIND,
+    &diagnose::KIND,
 ];
 
 /// The kind named `name`.

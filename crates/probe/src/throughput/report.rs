@@ -23,11 +23,12 @@ pub const CPU_SATURATION_RATIO: f64 = 0.9;
 pub const CPU_STARVED_WAIT_RATIO: f64 = 0.25;
 /// A limit (kernel "limited" time share) that dominates the busy time.
 pub const DOMINANT_SHARE: f64 = 0.5;
-/// A loss-free transfer carrying at least this share of peer window / RTT used the
-/// whole window: the window, not the network, bounded it. The kernel's counters
-/// alone miss this case: once cwnd has settled at the window (Linux grows cwnd only
-/// while cwnd-limited), each ACK opens both by the same amount and the kernel books
-/// most of the wait as cwnd-limited.
+/// A transfer carrying at least this share of peer window / RTT, with losses too rare
+/// to hold TCP below it, used the whole window: the window, not the network, bounded
+/// it. The kernel's counters alone miss this case: once cwnd has settled at the window
+/// (Linux grows cwnd only while cwnd-limited), each ACK opens both by the same amount
+/// and the kernel books most of the wait as cwnd-limited; BBR, which paces below its
+/// cwnd, books even more so.
 pub const WINDOW_FILLED_SHARE: f64 = 0.9;
 /// With a filled window, the kernel must still have seen the window limit this often.
 const WINDOW_FILLED_MIN_RWND_SHARE: f64 = 0.1;
@@ -210,6 +211,7 @@ struct EvidenceInputs {
     has_limits: bool,
     window_rate_bps: Option<f64>,
     mean_window_bytes: Option<f64>,
+    mss_bytes: Option<u32>,
 }
 
 fn summarize(
@@ -228,6 +230,7 @@ fn summarize(
     let mut rttvars = Vec::new();
     let mut cwnds = Vec::new();
     let mut windows = Vec::new();
+    let mut path_mtu_bytes: Option<u32> = None;
     let mut inputs = EvidenceInputs::default();
     let mut window_rate_bps = 0.0;
     let mut udp_totals: Option<UdpSummary> = None;
@@ -282,6 +285,11 @@ fn summarize(
                 stream_rtts.push(f64::from(info.rtt_us));
                 rttvars.push(f64::from(info.rttvar_us));
                 cwnds.push(info.cwnd_bytes());
+                if info.path_mtu_bytes > 0 {
+                    path_mtu_bytes = Some(
+                        path_mtu_bytes.map_or(info.path_mtu_bytes, |m| m.min(info.path_mtu_bytes)),
+                    );
+                }
                 if let Some(window) = info.snd_wnd_bytes {
                     windows.push(u64::from(window));
                     stream_windows.push(f64::from(window));
@@ -295,6 +303,7 @@ fn summarize(
                 inputs.rwnd_limited_us += delta.rwnd_limited_us;
                 inputs.sndbuf_limited_us += delta.sndbuf_limited_us;
                 inputs.has_limits |= last.busy_time_us.is_some();
+                inputs.mss_bytes = inputs.mss_bytes.max(Some(last.snd_mss_bytes));
                 if let (Some(window), Some(rtt)) = (mean(&stream_windows), mean(&stream_rtts)) {
                     if rtt > 0.0 {
                         window_rate_bps += window * 8.0 / (rtt * 1e-6);
@@ -346,6 +355,7 @@ fn summarize(
         mean_cwnd_bytes: mean(&cwnds.iter().map(|&c| c as f64).collect::<Vec<_>>()).unwrap_or(0.0),
         min_snd_wnd_bytes: windows.iter().copied().min(),
         mean_snd_wnd_bytes: mean(&windows.iter().map(|&w| w as f64).collect::<Vec<_>>()),
+        path_mtu_bytes,
     });
     inputs.window_rate_bps = (window_rate_bps > 0.0).then_some(window_rate_bps);
     inputs.mean_window_bytes = tcp.and_then(|t| t.mean_snd_wnd_bytes);
@@ -385,6 +395,8 @@ fn mean(values: &[f64]) -> Option<f64> {
 pub struct VerdictInputs {
     pub protocol_is_udp: bool,
     pub received_bps: f64,
+    pub sent_bytes: u64,
+    pub mss_bytes: Option<u32>,
     pub sender_demand_ratio: Option<f64>,
     pub receiver_demand_ratio: Option<f64>,
     pub sender_wait_ratio: Option<f64>,
@@ -485,7 +497,7 @@ pub fn verdict(inputs: &VerdictInputs) -> (LimitedBy, LimitEvidence) {
         let window_near = inputs
             .window_rate_bps
             .is_some_and(|w| inputs.received_bps >= 0.7 * w);
-        let window_filled = inputs.retransmits == Some(0)
+        let window_filled = losses_too_rare_to_bind(inputs)
             && rwnd >= WINDOW_FILLED_MIN_RWND_SHARE
             && inputs
                 .window_rate_bps
@@ -548,6 +560,31 @@ pub fn verdict(inputs: &VerdictInputs) -> (LimitedBy, LimitEvidence) {
     };
     evidence.reason = reason;
     (limit, evidence)
+}
+
+/// Whether the sender's retransmissions were too rare to have held TCP below the
+/// window: the loss-limited rate of Mathis et al. (CCR 1997), MSS / RTT · √(3/2p),
+/// with p the retransmitted share of the segments sent, lies above window / RTT.
+/// A few spurious retransmissions (reordering in a loaded path) leave a window
+/// verdict standing; loss that really pushed back does not.
+fn losses_too_rare_to_bind(inputs: &VerdictInputs) -> bool {
+    match (
+        inputs.retransmits,
+        inputs.mss_bytes,
+        inputs.rtt_us,
+        inputs.window_rate_bps,
+    ) {
+        (Some(0), ..) => true,
+        (Some(retransmits), Some(mss), Some(rtt_us), Some(window_rate_bps))
+            if mss > 0 && rtt_us > 0.0 =>
+        {
+            let segments_sent = (inputs.sent_bytes / u64::from(mss)).max(1) as f64;
+            let loss_ratio = (retransmits as f64 / segments_sent).min(1.0);
+            let mathis_bps = f64::from(mss) * 8.0 / (rtt_us * 1e-6) * (1.5 / loss_ratio).sqrt();
+            mathis_bps > window_rate_bps
+        }
+        _ => false,
+    }
 }
 
 fn sides_of(direction: Direction, client: &LocalRun, server: &LocalRun) -> Vec<(bool, f64)> {
@@ -624,6 +661,8 @@ pub fn assemble(
     let inputs = VerdictInputs {
         protocol_is_udp: spec.protocol == ThroughputProtocol::Udp,
         received_bps: summary.received_bps,
+        sent_bytes: summary.sent_bytes,
+        mss_bytes: primary.evidence_inputs.mss_bytes,
         sender_demand_ratio: sender_demand,
         receiver_demand_ratio: receiver_demand,
         sender_wait_ratio: host.max_thread_runqueue_wait_ratio.sender,
@@ -816,8 +855,20 @@ mod tests {
         settled.received_bps = 0.96 * settled.window_rate_bps.unwrap();
         settled.retransmits = Some(0);
         assert_eq!(verdict(&settled).0, LimitedBy::ReceiveWindow);
-        // The same with losses: the network pushed back.
-        settled.retransmits = Some(12);
+        // Two spurious retransmissions in 10 000 segments over 1 ms: Mathis et al.'s
+        // loss-limited rate (MSS / RTT · √(3/2p) = 8 Mbit/s · 86.6 = 693 Mbit/s) lies far
+        // above window / RTT, so the window still bounded the transfer.
+        settled.mss_bytes = Some(1000);
+        settled.sent_bytes = 10_000_000;
+        settled.retransmits = Some(2);
+        assert_eq!(verdict(&settled).0, LimitedBy::ReceiveWindow);
+        // 1 200 in 10 000 (12 %): 8 Mbit/s · 3.5 = 28 Mbit/s, below the window's
+        // 65.5 Mbit/s: the network pushed back.
+        settled.retransmits = Some(1200);
+        assert_eq!(verdict(&settled).0, LimitedBy::Network);
+        // Retransmissions without the MSS to weigh them: no window claim.
+        settled.retransmits = Some(2);
+        settled.mss_bytes = None;
         assert_eq!(verdict(&settled).0, LimitedBy::Network);
         assert!(
             evidence.reason.contains("peer window 8192 B"),

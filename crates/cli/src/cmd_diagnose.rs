@@ -1,0 +1,255 @@
+//! `vantage diagnose TARGET`: runs the diagnostic bundle from this host to a vantage
+//! endpoint (idle and loaded RTT with one-way loss, TCP and small UDP each way) and
+//! weighs it into a verdict with ranked suspects, each with its evidence for and
+//! against and a fix (pathdiag's idea, Mathis et al., PAM 2008). With a target
+//! (`--target-rate`, `--target-rtt`) it also says whether the path meets it and
+//! what TCP needs to: the window and the loss budget.
+//!
+//! Exit status: 0 healthy, 2 degraded, 3 unreachable, 1 when it could not run.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{Map, Value};
+use vantage_analysis::diagnosis::{diagnose, Observations, SegmentObservation};
+use vantage_model::diagnosis::{DiagnoseRequest, Diagnosis, PathDirection, Verdict};
+use vantage_model::kinds::diagnose::{
+    self as kind, DEFAULT_PROBES, DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT,
+    DEFAULT_SMALL_UDP_BYTES, DEFAULT_SMALL_UDP_DURATION, DEFAULT_SMALL_UDP_MAX_RATE,
+    DEFAULT_TCP_DURATION, DEFAULT_TCP_OMIT,
+};
+use vantage_model::kinds::{Spec, Target, ENDPOINT_PORT};
+use vantage_model::units::format_rate_bps;
+
+use crate::cmd_latency::{duration_arg, print_json, print_stdout};
+use crate::cmd_throughput::rate_arg;
+
+/// What this host is called in the answer.
+const THIS_HOST: &str = "this host";
+
+#[derive(Args, Debug)]
+pub struct DiagnoseArgs {
+    /// A `vantage endpoint` (or agent endpoint): HOST or HOST:PORT (default port 7862).
+    #[arg(value_name = "TARGET")]
+    target: String,
+    /// The rate the application needs (BPS, e.g. 200M): the verdict says whether the
+    /// path carries it, and the window and loss budget TCP needs for it.
+    #[arg(long, value_name = "BPS", value_parser = rate_arg)]
+    target_rate: Option<u64>,
+    /// The round-trip time the application needs at most (DUR, e.g. 30ms).
+    #[arg(long, value_name = "DUR", value_parser = duration_arg)]
+    target_rtt: Option<Duration>,
+    /// Idle round-trip probes (TWAMP-Light).
+    #[arg(long, value_name = "N", default_value = DEFAULT_PROBES)]
+    probes: u64,
+    /// Time between round-trip probes, idle and under load (DUR).
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_PROBE_INTERVAL)]
+    probe_interval: String,
+    /// A probe unanswered after this long is lost (DUR).
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_PROBE_TIMEOUT)]
+    probe_timeout: String,
+    /// TCP transfer each way (DUR).
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_TCP_DURATION)]
+    tcp_duration: String,
+    /// Start of each transfer left out (DUR).
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_TCP_OMIT)]
+    tcp_omit: String,
+    /// Payload of the small UDP datagrams (bytes).
+    #[arg(long, value_name = "N", default_value = DEFAULT_SMALL_UDP_BYTES)]
+    small_udp_bytes: u64,
+    /// Small UDP datagrams each way (DUR).
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_SMALL_UDP_DURATION)]
+    small_udp_duration: String,
+    /// Most the small datagrams are sent at (BPS); they go at 1.5 × the TCP rate.
+    #[arg(long, value_name = "BPS", default_value = DEFAULT_SMALL_UDP_MAX_RATE)]
+    small_udp_max_rate: String,
+    /// Print the diagnosis as JSON (the `POST /api/v1/diagnose` contract).
+    #[arg(long)]
+    json: bool,
+}
+
+impl DiagnoseArgs {
+    /// The options as a `diagnose` test spec, checked by the test kind.
+    fn spec_values(&self) -> Result<Map<String, Value>, String> {
+        let given: Map<String, Value> = [
+            ("probes", Value::from(self.probes)),
+            ("probe_interval", Value::from(self.probe_interval.clone())),
+            ("probe_timeout", Value::from(self.probe_timeout.clone())),
+            ("tcp_duration", Value::from(self.tcp_duration.clone())),
+            ("tcp_omit", Value::from(self.tcp_omit.clone())),
+            ("small_udp_bytes", Value::from(self.small_udp_bytes)),
+            (
+                "small_udp_duration",
+                Value::from(self.small_udp_duration.clone()),
+            ),
+            (
+                "small_udp_max_rate",
+                Value::from(self.small_udp_max_rate.clone()),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect();
+        kind::KIND.normalise("", &given).map_err(|errors| {
+            errors
+                .iter()
+                .map(|error| {
+                    format!(
+                        "--{}: {}",
+                        error.path.trim_start_matches('.').replace('_', "-"),
+                        error.message
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+}
+
+pub fn run(args: DiagnoseArgs) -> ExitCode {
+    let fail = |message: String| {
+        eprintln!("vantage diagnose: {message}");
+        ExitCode::FAILURE
+    };
+    let target = match Target::parse(&args.target, Some(ENDPOINT_PORT)) {
+        Ok(target) => target,
+        Err(message) => return fail(message),
+    };
+    let values = match args.spec_values() {
+        Ok(values) => values,
+        Err(message) => return fail(message),
+    };
+    let spec = match kind::engine_spec(&Spec::new(&kind::KIND, &values), &target) {
+        Ok(spec) => spec,
+        Err(error) => return fail(format!("--{error}")),
+    };
+    if let Some(estimate) = (kind::KIND.estimate)(&Spec::new(&kind::KIND, &values)) {
+        eprintln!(
+            "vantage diagnose: measuring {} both ways (about {:.0} s)…",
+            args.target,
+            estimate.as_secs_f64().ceil()
+        );
+    }
+    let result = vantage_probe::diagnose::run_diagnostic(&spec);
+    // Parts that could not run say why; the verdict weighs what did.
+    for error in result
+        .idle_error
+        .iter()
+        .map(|error| format!("idle probes: {error}"))
+        .chain(result.forward.errors.iter().map(|e| format!("forward {e}")))
+        .chain(result.reverse.errors.iter().map(|e| format!("reverse {e}")))
+    {
+        eprintln!("vantage diagnose: {error}");
+    }
+    let observations = Observations {
+        request: DiagnoseRequest {
+            source: THIS_HOST.to_string(),
+            destination: args.target.clone(),
+            target_rate_bps: args.target_rate,
+            target_rtt_us: args.target_rtt.map(|rtt| rtt.as_micros() as u64),
+            segments: false,
+        },
+        path: vec![THIS_HOST.to_string(), args.target.clone()],
+        segments: vec![SegmentObservation {
+            from: THIS_HOST.to_string(),
+            to: args.target.clone(),
+            end_to_end: true,
+            run_id: None,
+            result,
+        }],
+        trace: None,
+        previous_trace: None,
+        agent_addresses: Default::default(),
+        tests_run: Vec::new(),
+    };
+    let diagnosis = diagnose(&observations);
+    let printed = if args.json {
+        print_json("diagnose", &diagnosis)
+    } else {
+        print_stdout("diagnose", &render(&diagnosis))
+    };
+    if printed != ExitCode::SUCCESS {
+        return printed;
+    }
+    match diagnosis.verdict {
+        Verdict::Healthy => ExitCode::SUCCESS,
+        Verdict::Degraded => ExitCode::from(2),
+        Verdict::Unreachable => ExitCode::from(3),
+    }
+}
+
+fn direction_text(direction: PathDirection) -> &'static str {
+    match direction {
+        PathDirection::Forward => "forward",
+        PathDirection::Reverse => "reverse",
+        PathDirection::Both => "both directions",
+    }
+}
+
+/// The diagnosis as a few lines: verdict, what was measured, then each suspect with
+/// its evidence for and against and its fix.
+fn render(diagnosis: &Diagnosis) -> String {
+    let target = &diagnosis.target;
+    let verdict = match diagnosis.verdict {
+        Verdict::Healthy => "healthy",
+        Verdict::Degraded => "degraded",
+        Verdict::Unreachable => "unreachable",
+    };
+    let mut out = format!("{} → {}: {verdict}\n", target.source, target.destination);
+    let rate = |bps: Option<f64>| bps.map_or_else(|| "-".to_string(), format_rate_bps);
+    out += &format!(
+        "  measured   forward {}, reverse {}, RTT {}\n",
+        rate(target.forward_bps),
+        rate(target.reverse_bps),
+        target
+            .rtt_us
+            .map_or_else(|| "-".to_string(), |rtt| format!("{:.3} ms", rtt / 1e3))
+    );
+    if let Some(met) = target.met {
+        let wanted: Vec<String> = [
+            target
+                .target_rate_bps
+                .map(|bps| format_rate_bps(bps as f64)),
+            target
+                .target_rtt_us
+                .map(|rtt| format!("RTT within {:.1} ms", rtt as f64 / 1e3)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        out += &format!(
+            "  target     {}: {}\n",
+            wanted.join(", "),
+            if met { "met" } else { "not met" }
+        );
+        for (need, value) in &target.needs {
+            out += &format!("             needs {need} = {value:.3e}\n");
+        }
+    }
+    if diagnosis.suspects.is_empty() && diagnosis.verdict != Verdict::Unreachable {
+        out += "  no suspect: nothing limited the path beyond what its line carries\n";
+    }
+    for (rank, suspect) in diagnosis.suspects.iter().enumerate() {
+        out += &format!(
+            "  {}. {} at {}, {} (confidence {:.2})\n",
+            rank + 1,
+            suspect.cause.as_str(),
+            suspect.segment,
+            direction_text(suspect.direction),
+            suspect.confidence
+        );
+        for evidence in &suspect.evidence {
+            out += &format!(
+                "       {:<8} {} {} = {:.4} (expected {})\n",
+                if evidence.supports { "for" } else { "against" },
+                evidence.test,
+                evidence.metric,
+                evidence.value,
+                evidence.expected
+            );
+        }
+        out += &format!("       fix: {}\n", suspect.fix);
+    }
+    out
+}
