@@ -140,6 +140,16 @@ impl Leg<'_> {
         Some((lost, idle.sent))
     }
 
+    /// Idle probes lost the other way (where this direction's ACKs go), and sent.
+    fn ack_path_loss(&self) -> Option<(u64, u64)> {
+        let idle = self.segment.result.idle.as_ref()?;
+        let lost = match self.direction {
+            PathDirection::Reverse => idle.forward_lost,
+            _ => idle.reverse_lost,
+        };
+        Some((lost, idle.sent))
+    }
+
     /// Probes lost this way while this direction's TCP transfer ran, and sent.
     fn loaded_loss(&self) -> Option<(u64, u64)> {
         let loaded = self.checks.loaded.as_ref()?;
@@ -232,6 +242,15 @@ fn legs(observations: &Observations) -> Vec<Leg<'_>> {
         .collect()
 }
 
+/// The legs that localise a fault: the segments' when there are any, else the end
+/// to end ones (a diagnosis from one host to one endpoint).
+fn localising<'a, 'b>(legs: &'b [Leg<'a>]) -> Vec<&'b Leg<'a>> {
+    let segmented = legs.iter().any(|leg| !leg.segment.end_to_end);
+    legs.iter()
+        .filter(|leg| !(segmented && leg.segment.end_to_end))
+        .collect()
+}
+
 /// What a healthy leg should carry: the stated target rate, else the best any
 /// leg of this path carried (the segments share one kind of line).
 fn reference_bps(observations: &Observations, legs: &[Leg<'_>]) -> Option<f64> {
@@ -288,18 +307,18 @@ fn window_candidates(legs: &[Leg<'_>], reference_bps: Option<f64>) -> Vec<Candid
             .weigh(true, 0.6)];
         if let (Some(window), Some(rtt_us)) = (tcp.evidence.peer_window_bytes, tcp.evidence.rtt_us)
         {
+            let needed = reference_bps.unwrap_or(bps) / 8.0 * rtt_us * 1e-6;
             evidence.push(
                 leg.evidence(
                     "tcp",
                     "window_bytes",
                     window,
                     format!(
-                        "≥ {:.0} B (the bandwidth-delay product of {})",
-                        reference_bps.unwrap_or(bps) / 8.0 * rtt_us * 1e-6,
+                        "≥ {needed:.0} B (the bandwidth-delay product of {})",
                         mbps(reference_bps.unwrap_or(bps))
                     ),
                 )
-                .weigh(true, 0.3),
+                .weigh(window < needed, 0.3),
             );
         }
         let rate = leg.evidence(
@@ -391,7 +410,7 @@ fn cpu_candidates(
 /// load it is a half-duplex port's signature (duplex mismatch).
 fn loss_candidates(legs: &[Leg<'_>]) -> Vec<Candidate> {
     let mut found = Vec::new();
-    for leg in legs.iter().filter(|leg| !leg.segment.end_to_end) {
+    for leg in localising(legs) {
         let Some(idle) = leg.idle_loss() else {
             continue;
         };
@@ -457,19 +476,28 @@ fn loss_candidates(legs: &[Leg<'_>]) -> Vec<Candidate> {
     found
 }
 
-/// A leg's TCP rate in Ethernet frame bits, and its small datagrams' rate likewise:
-/// a bit-rate limit carries the same frame bits in both, a host that spends CPU per
-/// packet far fewer in small packets, and a path that is not the limit more in the
-/// datagrams than TCP got.
-fn frame_rates(leg: &Leg<'_>) -> Option<(f64, f64)> {
+/// Frame bit rates of a leg: TCP's, and its small datagrams' as sent and as received.
+struct FrameRates {
+    tcp_bps: f64,
+    udp_sent_bps: f64,
+    udp_received_bps: f64,
+}
+
+/// A bit-rate limit carries the same frame bits in small datagrams as in full TCP
+/// segments, a host that spends CPU per packet far fewer, and a path that is not the
+/// limit more than TCP got — when the datagrams were offered faster than TCP went.
+fn frame_rates(leg: &Leg<'_>) -> Option<FrameRates> {
     let tcp_bps = leg.tcp_bps()?;
     let mtu = f64::from(leg.path_mtu().unwrap_or(ETHERNET_MTU_BYTES));
-    let tcp_frame_bps = tcp_bps * (mtu + ETHERNET_HEADER_BYTES) / (mtu - TCP_OVERHEAD_BYTES);
     let udp = leg.checks.small_udp.as_ref()?;
     let payload = f64::from(udp.spec.packet_size_bytes?);
-    let udp_frame_bps =
-        udp.summary.received_bps * (payload + UDP_OVERHEAD_BYTES + ETHERNET_HEADER_BYTES) / payload;
-    Some((tcp_frame_bps, udp_frame_bps))
+    let udp_frame =
+        |bps: f64| bps * (payload + UDP_OVERHEAD_BYTES + ETHERNET_HEADER_BYTES) / payload;
+    Some(FrameRates {
+        tcp_bps: tcp_bps * (mtu + ETHERNET_HEADER_BYTES) / (mtu - TCP_OVERHEAD_BYTES),
+        udp_sent_bps: udp_frame(udp.summary.sent_bps),
+        udp_received_bps: udp_frame(udp.summary.received_bps),
+    })
 }
 
 /// A segment that carries far less than the path's other segments: a rate limit
@@ -477,7 +505,7 @@ fn frame_rates(leg: &Leg<'_>) -> Option<(f64, f64)> {
 fn bottleneck_candidates(legs: &[Leg<'_>], reference_bps: Option<f64>) -> Vec<Candidate> {
     let best_bps = legs.iter().filter_map(Leg::tcp_bps).fold(0.0_f64, f64::max);
     let mut found = Vec::new();
-    for leg in legs.iter().filter(|leg| !leg.segment.end_to_end) {
+    for leg in localising(legs) {
         let Some(bps) = leg.tcp_bps() else { continue };
         if bps >= BOTTLENECK_SHARE * best_bps || !falls_short(leg, reference_bps) {
             continue;
@@ -517,9 +545,22 @@ fn bottleneck_candidates(legs: &[Leg<'_>], reference_bps: Option<f64>) -> Vec<Ca
                 .weigh(false, 0.8),
             );
         }
+        if let Some(acks) = leg.ack_path_loss().filter(|acks| lossy(*acks)) {
+            evidence.push(
+                leg.evidence(
+                    "idle probes",
+                    "ack_path_loss_ratio",
+                    ratio(acks.0, acks.1),
+                    "< 0.01: TCP also slows when its ACKs are lost".to_string(),
+                )
+                .weigh(false, 0.6),
+            );
+        }
         let mut cause = Cause::RateLimit;
-        if let Some((tcp_frame_bps, udp_frame_bps)) = frame_rates(leg) {
-            let share = udp_frame_bps / tcp_frame_bps;
+        if let Some(rates) = frame_rates(leg) {
+            let share = rates.udp_received_bps / rates.tcp_bps;
+            let offered_share = rates.udp_sent_bps / rates.tcp_bps;
+            let all_crossed = rates.udp_received_bps >= 0.9 * rates.udp_sent_bps;
             let fact = leg.evidence(
                 "small udp",
                 "frame_rate_share",
@@ -528,6 +569,8 @@ fn bottleneck_candidates(legs: &[Leg<'_>], reference_bps: Option<f64>) -> Vec<Ca
             );
             if share > 1.3 {
                 evidence.push(fact.weigh(false, 0.8));
+            } else if all_crossed || offered_share < 1.2 {
+                // Offered no faster than TCP went, or all of it crossed: no test of a limit.
             } else if share < 0.7 {
                 cause = Cause::HostCpu;
                 evidence.push(fact.weigh(true, 0.8));
@@ -563,8 +606,10 @@ fn mtu_candidates(legs: &[Leg<'_>], reference_bps: Option<f64>) -> Vec<Candidate
         .filter_map(Leg::path_mtu)
         .fold(ETHERNET_MTU_BYTES, u32::max);
     let mut found = Vec::new();
-    for leg in legs.iter().filter(|leg| !leg.segment.end_to_end) {
-        let probes_pass = leg.idle_loss().is_some_and(|(lost, sent)| lost * 2 < sent);
+    for leg in localising(legs) {
+        // A black hole drops large packets only: small probes cross cleanly both ways.
+        let probes_pass = leg.idle_loss().is_some_and(|loss| !lossy(loss))
+            && leg.ack_path_loss().is_some_and(|loss| !lossy(loss));
         if let (Some(bps), Some(reference), true) = (leg.tcp_bps(), reference_bps, probes_pass) {
             if bps < 0.01 * reference {
                 found.push(Candidate {
@@ -617,7 +662,7 @@ fn bloat_grade(increase_ms: f64) -> &'static str {
 /// RTT under a TCP transfer against idle: a queue that fills under load.
 fn bloat_candidates(legs: &[Leg<'_>]) -> Vec<Candidate> {
     let mut found = Vec::new();
-    for leg in legs.iter().filter(|leg| !leg.segment.end_to_end) {
+    for leg in localising(legs) {
         let idle = leg
             .segment
             .result

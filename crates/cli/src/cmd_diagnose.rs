@@ -5,8 +5,14 @@
 //! (`--target-rate`, `--target-rtt`) it also says whether the path meets it and
 //! what TCP needs to: the window and the loss budget.
 //!
+//! `vantage diagnose SRC DST --server URL` asks the server instead: it traces the
+//! path between the two agents, measures it end to end and between each pair of
+//! consecutive measurement points on it, and weighs it all the same way
+//! (`POST /api/v1/diagnose`); progress is printed as the job goes.
+//!
 //! Exit status: 0 healthy, 2 degraded, 3 unreachable, 1 when it could not run.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -24,15 +30,29 @@ use vantage_model::units::format_rate_bps;
 
 use crate::cmd_latency::{duration_arg, print_json, print_stdout};
 use crate::cmd_throughput::rate_arg;
+use crate::connection::ServerConnection;
 
 /// What this host is called in the answer.
 const THIS_HOST: &str = "this host";
 
 #[derive(Args, Debug)]
 pub struct DiagnoseArgs {
-    /// A `vantage endpoint` (or agent endpoint): HOST or HOST:PORT (default port 7862).
-    #[arg(value_name = "TARGET")]
-    target: String,
+    /// A `vantage endpoint` to diagnose the path to from this host: HOST or HOST:PORT
+    /// (default port 7862). With `--server`: the source and destination agents, SRC DST.
+    #[arg(value_name = "TARGET | SRC DST", num_args = 1..=2, required = true)]
+    points: Vec<String>,
+    /// Ask this server (URL) to diagnose the path between two of its agents.
+    #[arg(long, value_name = "URL", requires = "token")]
+    server: Option<String>,
+    /// Bearer token for `--server` (role publisher or admin).
+    #[arg(long, env = "VANTAGE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// CA certificate(s) (PEM) to trust for an https:// server.
+    #[arg(long, value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
+    /// With `--server`: measure end to end only, not between the measurement points.
+    #[arg(long)]
+    no_segments: bool,
     /// The rate the application needs (BPS, e.g. 200M): the verdict says whether the
     /// path carries it, and the window and loss budget TCP needs for it.
     #[arg(long, value_name = "BPS", value_parser = rate_arg)]
@@ -107,12 +127,135 @@ impl DiagnoseArgs {
     }
 }
 
+fn fail(message: String) -> ExitCode {
+    eprintln!("vantage diagnose: {message}");
+    ExitCode::FAILURE
+}
+
 pub fn run(args: DiagnoseArgs) -> ExitCode {
-    let fail = |message: String| {
-        eprintln!("vantage diagnose: {message}");
-        ExitCode::FAILURE
+    match (&args.server, args.points.as_slice()) {
+        (Some(server), [source, destination]) => {
+            let connection = ServerConnection {
+                server: server.clone(),
+                token: args.token.clone().unwrap_or_default(),
+                ca_cert: args.ca_cert.clone(),
+            };
+            let request = DiagnoseRequest {
+                source: source.clone(),
+                destination: destination.clone(),
+                target_rate_bps: args.target_rate,
+                target_rtt_us: args.target_rtt.map(|rtt| rtt.as_micros() as u64),
+                segments: !args.no_segments,
+            };
+            match tokio::runtime::Runtime::new() {
+                Ok(runtime) => match runtime.block_on(ask_server(&connection, &request)) {
+                    Ok(diagnosis) => report(&args, &diagnosis),
+                    Err(message) => fail(message),
+                },
+                Err(error) => fail(format!("cannot start the runtime: {error}")),
+            }
+        }
+        (Some(_), _) => {
+            fail("with --server, name the source and destination agents: SRC DST".to_string())
+        }
+        (None, [target]) => run_local(&args, target),
+        (None, _) => {
+            fail("two points (SRC DST) need --server: from this host, name one TARGET".to_string())
+        }
+    }
+}
+
+/// Starts the job and follows it, printing each new progress line to stderr.
+async fn ask_server(
+    connection: &ServerConnection,
+    request: &DiagnoseRequest,
+) -> Result<Diagnosis, String> {
+    let client = connection.client()?;
+    let call = |builder: reqwest::RequestBuilder| async {
+        let response = builder
+            .bearer_auth(&connection.token)
+            .send()
+            .await
+            .map_err(|error| format!("cannot reach {}: {error}", connection.server))?;
+        let status = response.status();
+        let body: Value = response
+            .json()
+            .await
+            .map_err(|error| format!("unreadable answer from {}: {error}", connection.server))?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(format!(
+                "{status}: {}",
+                body["error"].as_str().unwrap_or("no reason given")
+            ))
+        }
     };
-    let target = match Target::parse(&args.target, Some(ENDPOINT_PORT)) {
+    let job = call(
+        client
+            .post(connection.url("/api/v1/diagnose"))
+            .json(request),
+    )
+    .await?;
+    let id = job["id"]
+        .as_str()
+        .ok_or("the server's answer names no job")?
+        .to_string();
+    eprintln!("vantage diagnose: job {id}");
+    let mut shown = 0;
+    let deadline = tokio::time::Instant::now() + FOLLOW_LIMIT;
+    loop {
+        let job = call(client.get(connection.url(&format!("/api/v1/diagnose/{id}")))).await?;
+        let progress = job["progress"].as_array().cloned().unwrap_or_default();
+        for line in progress.iter().skip(shown) {
+            eprintln!("vantage diagnose: {}", line.as_str().unwrap_or_default());
+        }
+        shown = shown.max(progress.len());
+        match job["state"].as_str() {
+            Some("done") => {
+                return serde_json::from_value(job["result"].clone())
+                    .map_err(|error| format!("unreadable diagnosis: {error}"))
+            }
+            Some("failed") => {
+                return Err(job["error"]
+                    .as_str()
+                    .unwrap_or("the job failed")
+                    .to_string())
+            }
+            _ if tokio::time::Instant::now() > deadline => {
+                return Err(format!(
+                    "job {id} still running after {} s; follow it at /api/v1/diagnose/{id}",
+                    FOLLOW_LIMIT.as_secs()
+                ))
+            }
+            _ => tokio::time::sleep(FOLLOW_POLL).await,
+        }
+    }
+}
+
+/// How long the CLI follows a server's job, and how often it asks.
+const FOLLOW_LIMIT: Duration = Duration::from_secs(900);
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// Prints the diagnosis; the exit status says the verdict.
+fn report(args: &DiagnoseArgs, diagnosis: &Diagnosis) -> ExitCode {
+    let printed = if args.json {
+        print_json("diagnose", diagnosis)
+    } else {
+        print_stdout("diagnose", &render(diagnosis))
+    };
+    if printed != ExitCode::SUCCESS {
+        return printed;
+    }
+    match diagnosis.verdict {
+        Verdict::Healthy => ExitCode::SUCCESS,
+        Verdict::Degraded => ExitCode::from(2),
+        Verdict::Unreachable => ExitCode::from(3),
+    }
+}
+
+fn run_local(args: &DiagnoseArgs, target_text: &str) -> ExitCode {
+    let target = match Target::parse(target_text, Some(ENDPOINT_PORT)) {
         Ok(target) => target,
         Err(message) => return fail(message),
     };
@@ -126,8 +269,7 @@ pub fn run(args: DiagnoseArgs) -> ExitCode {
     };
     if let Some(estimate) = (kind::KIND.estimate)(&Spec::new(&kind::KIND, &values)) {
         eprintln!(
-            "vantage diagnose: measuring {} both ways (about {:.0} s)…",
-            args.target,
+            "vantage diagnose: measuring {target_text} both ways (about {:.0} s)…",
             estimate.as_secs_f64().ceil()
         );
     }
@@ -145,15 +287,15 @@ pub fn run(args: DiagnoseArgs) -> ExitCode {
     let observations = Observations {
         request: DiagnoseRequest {
             source: THIS_HOST.to_string(),
-            destination: args.target.clone(),
+            destination: target_text.to_string(),
             target_rate_bps: args.target_rate,
             target_rtt_us: args.target_rtt.map(|rtt| rtt.as_micros() as u64),
             segments: false,
         },
-        path: vec![THIS_HOST.to_string(), args.target.clone()],
+        path: vec![THIS_HOST.to_string(), target_text.to_string()],
         segments: vec![SegmentObservation {
             from: THIS_HOST.to_string(),
-            to: args.target.clone(),
+            to: target_text.to_string(),
             end_to_end: true,
             run_id: None,
             result,
@@ -163,20 +305,7 @@ pub fn run(args: DiagnoseArgs) -> ExitCode {
         agent_addresses: Default::default(),
         tests_run: Vec::new(),
     };
-    let diagnosis = diagnose(&observations);
-    let printed = if args.json {
-        print_json("diagnose", &diagnosis)
-    } else {
-        print_stdout("diagnose", &render(&diagnosis))
-    };
-    if printed != ExitCode::SUCCESS {
-        return printed;
-    }
-    match diagnosis.verdict {
-        Verdict::Healthy => ExitCode::SUCCESS,
-        Verdict::Degraded => ExitCode::from(2),
-        Verdict::Unreachable => ExitCode::from(3),
-    }
+    report(args, &diagnose(&observations))
 }
 
 fn direction_text(direction: PathDirection) -> &'static str {

@@ -196,7 +196,10 @@ async fn serve(
         if let Some(address) = point.lab_addr {
             // Measured over the emulated links only: the endpoint listens there.
             command.args(["--listen", &address.to_string()]);
-            command.args(["--advertise", &address.to_string()]);
+            // Every address, so a trace's hops name the measurement points on a path.
+            for advertised in &point.lab_addrs {
+                command.args(["--advertise", &advertised.to_string()]);
+            }
         }
         for (key, value) in &point.tags {
             command.args(["--tag", &format!("{key}={value}")]);

@@ -72,6 +72,59 @@ impl Drop for DemoGuard {
     }
 }
 
+/// What the demo's banner says.
+struct Banner {
+    url: String,
+    admin_token: String,
+    reader_token: String,
+}
+
+struct Demo;
+
+impl Demo {
+    /// Starts `vantage demo ARGS` on an ephemeral port and reads its banner; the rest
+    /// of the output is drained (and shown) so the demo never writes to a closed pipe.
+    fn start(args: &[&str], lab: &str) -> (DemoGuard, Banner) {
+        let mut child = Command::new(vantage_bin())
+            .arg("demo")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start vantage demo --lab");
+        let stdout = child.stdout.take().unwrap();
+        let guard = DemoGuard {
+            child,
+            lab: lab.to_string(),
+        };
+        let (banner, banner_read) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut url, mut admin_token) = (String::new(), String::new());
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                println!("{line}");
+                if let Some(rest) = line.split("server on ").nth(1) {
+                    url = rest.split_whitespace().next().unwrap_or("").to_string();
+                }
+                if let Some(rest) = line.trim().strip_prefix("admin token") {
+                    admin_token = rest.trim().to_string();
+                }
+                if let Some(rest) = line.trim().strip_prefix("reader token") {
+                    let _ = banner.send(Banner {
+                        url: url.clone(),
+                        admin_token: admin_token.clone(),
+                        reader_token: rest.trim().to_string(),
+                    });
+                }
+            }
+        });
+        let banner = banner_read
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the demo prints its server and tokens");
+        (guard, banner)
+    }
+}
+
 fn health(url: &str, token: &str, args: &[&str]) -> Value {
     let output = Command::new(vantage_bin())
         .arg("health")
@@ -149,46 +202,19 @@ fn zones_selection_and_a_degraded_link_in_the_lab() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("zones.toml");
     std::fs::write(&file, scenario(&lab)).unwrap();
-    let mut child = Command::new(vantage_bin())
-        .args(["demo", "--lab"])
-        .arg(&file)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--health-every",
-            "15s",
-            "--summary-every",
-            "30s",
-            "--duration",
-            "300s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start vantage demo --lab");
-    let stdout = child.stdout.take().unwrap();
-    let _guard = DemoGuard {
-        child,
-        lab: lab.clone(),
-    };
-    // The banner names the server and the reader token; the rest of the output is
-    // drained (and shown) so the demo never writes to a closed pipe.
-    let (banner, banner_read) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut url = String::new();
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            println!("{line}");
-            if let Some(rest) = line.split("server on ").nth(1) {
-                url = rest.split_whitespace().next().unwrap_or("").to_string();
-            }
-            if let Some(rest) = line.trim().strip_prefix("reader token") {
-                let _ = banner.send((url.clone(), rest.trim().to_string()));
-            }
-        }
-    });
-    let (url, token) = banner_read
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the demo prints its server and tokens");
+    let file = file.to_str().unwrap();
+    let demo = [
+        "--lab",
+        file,
+        "--health-every",
+        "15s",
+        "--summary-every",
+        "30s",
+        "--duration",
+        "300s",
+    ];
+    let (_guard, banner) = Demo::start(&demo, &lab);
+    let (url, token) = (banner.url, banner.reader_token);
     assert!(
         url.starts_with("http://198.18.0.") && !token.is_empty(),
         "banner: {url} {token}"
@@ -307,4 +333,222 @@ fn zones_selection_and_a_degraded_link_in_the_lab() {
             assert!(now >= was - 0.1, "{client}->{server}: ICMP {was} -> {now}");
         }
     }
+}
+
+fn run_ok(program: &str, args: &[&str]) {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} {args:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// `vantage diagnose therapist patient` against the demo's server, as JSON.
+fn diagnose_path(url: &str, token: &str) -> Value {
+    let output = Command::new(vantage_bin())
+        .args([
+            "diagnose",
+            "therapist",
+            "patient",
+            "--server",
+            url,
+            "--token",
+            token,
+            "--json",
+        ])
+        .output()
+        .expect("run vantage diagnose");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stderr}");
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("no diagnosis ({e}): {stderr}"))
+}
+
+/// (cause, segment, direction) of a suspect.
+fn named(suspect: &Value) -> (String, String, String) {
+    let text = |key: &str| suspect[key].as_str().unwrap_or("?").to_string();
+    (text("cause"), text("segment"), text("direction"))
+}
+
+fn suspects(diagnosis: &Value) -> Vec<(String, String, String)> {
+    diagnosis["suspects"]
+        .as_array()
+        .map(|list| list.iter().map(named).collect())
+        .unwrap_or_default()
+}
+
+const PATIENT_NETNS: &str = "vl-gigabit-patient";
+
+/// Sets the patient's TCP receive buffers (its namespace's own `tcp_rmem`); returns
+/// what they were.
+fn patient_rmem(value: &str) -> String {
+    let read = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            PATIENT_NETNS,
+            "sysctl",
+            "-n",
+            "net.ipv4.tcp_rmem",
+        ])
+        .output()
+        .expect("read tcp_rmem");
+    let before = String::from_utf8_lossy(&read.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let setting = format!("net.ipv4.tcp_rmem={value}");
+    run_ok(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            PATIENT_NETNS,
+            "sysctl",
+            "-q",
+            "-w",
+            &setting,
+        ],
+    );
+    before
+}
+
+/// The PTaaS path (Bazan-Antequera et al.) at 1 Gbit/s per segment with an agent at
+/// every hop: healthy without an incident; each incident alone, and a 64 KiB receive
+/// window at the patient, named first with its segment and direction; two at once,
+/// both named.
+#[test]
+fn diagnose_names_each_gigabit_app_incident_and_its_segment() {
+    assert!(
+        is_root(),
+        "demo --lab builds network namespaces and needs root (CI runs as root)"
+    );
+    let demo = [
+        "--lab",
+        "gigabit-app",
+        "--health-every",
+        "1h",
+        "--summary-every",
+        "1h",
+        "--duration",
+        "1200s",
+    ];
+    let (_guard, banner) = Demo::start(&demo, "gigabit");
+    let (url, token) = (banner.url, banner.admin_token);
+    // Wait until every agent has registered: a diagnosis before refuses unknown agents.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = health(&url, &token, &["matrix"]);
+        let hosts = answer["hosts"].as_array().map_or(0, Vec::len);
+        if hosts >= 6 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "agents never registered: {answer:#}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    let mut failures = Vec::new();
+    let mut check = |case: &str, diagnosis: &Value, expected: &[(&str, &str, &str)]| {
+        let found = suspects(diagnosis);
+        let confident: Vec<_> = diagnosis["suspects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["confidence"].as_f64().unwrap_or(0.0) >= 0.5)
+            .map(named)
+            .collect();
+        let ok = match expected {
+            [] => diagnosis["verdict"] == "healthy",
+            [one] => {
+                diagnosis["verdict"] == "degraded"
+                    && found.first()
+                        == Some(&(one.0.to_string(), one.1.to_string(), one.2.to_string()))
+            }
+            many => many.iter().all(|(cause, segment, direction)| {
+                confident.contains(&(
+                    cause.to_string(),
+                    segment.to_string(),
+                    direction.to_string(),
+                ))
+            }),
+        };
+        println!("case {case}: {} {found:?}", diagnosis["verdict"]);
+        if !ok {
+            failures.push(format!("{case}: expected {expected:?}, got {diagnosis:#}"));
+        }
+    };
+    let lab = |incident: &str, state: &str| {
+        run_ok(
+            vantage_bin().to_str().unwrap(),
+            &["lab", "incident", "--lab", "gigabit", incident, state],
+        )
+    };
+
+    // A path that names an agent the server does not know is refused with the reason.
+    let refused = Command::new(vantage_bin())
+        .args([
+            "diagnose",
+            "therapist",
+            "nobody",
+            "--server",
+            &url,
+            "--token",
+            &token,
+        ])
+        .output()
+        .expect("run vantage diagnose");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        refused.status.code() == Some(1)
+            && stderr.contains("field 'destination': agent 'nobody' is not registered"),
+        "{stderr}"
+    );
+
+    check("healthy", &diagnose_path(&url, &token), &[]);
+    // Each incident alone: (cause, segment, direction) named first.
+    for (incident, expected) in [
+        (
+            "duplex-mismatch",
+            ("one_way_loss", "campus-switch – campus-border", "forward"),
+        ),
+        (
+            "extra-hop",
+            ("path_change", "campus-border – regional", "forward"),
+        ),
+        (
+            "tunnel",
+            ("tunnel_overhead", "therapist – campus-switch", "both"),
+        ),
+        ("vpn-cpu", ("host_cpu", "therapist – campus-switch", "both")),
+    ] {
+        lab(incident, "on");
+        check(incident, &diagnose_path(&url, &token), &[expected]);
+        lab(incident, "off");
+    }
+    // A 64 KiB receive window at the patient, as on the PTaaS study's patient host.
+    let default_rmem = patient_rmem("4096 65536 65536");
+    check(
+        "64 KiB window",
+        &diagnose_path(&url, &token),
+        &[("receive_window", "patient", "forward")],
+    );
+    lab("duplex-mismatch", "on");
+    check(
+        "window and duplex mismatch",
+        &diagnose_path(&url, &token),
+        &[
+            ("receive_window", "patient", "forward"),
+            ("one_way_loss", "campus-switch – campus-border", "forward"),
+        ],
+    );
+    lab("duplex-mismatch", "off");
+    patient_rmem(&default_rmem);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -28,8 +28,11 @@ pub const MAX_POINTS: usize = 256;
 pub struct Point {
     pub node: String,
     pub netns: String,
-    /// The node's address on the emulated links (what its agent advertises).
+    /// The node's address on the emulated links where its agent's endpoint listens.
     pub lab_addr: Option<std::net::IpAddr>,
+    /// All its addresses on the emulated links, `lab_addr` first: a router answers a
+    /// trace from the link the probe came in on, so its agent advertises every one.
+    pub lab_addrs: Vec<std::net::IpAddr>,
     pub tags: std::collections::BTreeMap<String, String>,
     host_interface: String,
 }
@@ -121,14 +124,19 @@ impl Management {
                     "-n {netns} route add {server_addr}/32 via {host_addr} dev {NODE_INTERFACE}"
                 ),
             ];
+            let lab_addr = addresses
+                .iter()
+                .find(|address| address.is_ipv4())
+                .or(addresses.first())
+                .copied();
             let point = Point {
                 node: node.name.clone(),
                 netns,
-                lab_addr: addresses
-                    .iter()
-                    .find(|address| address.is_ipv4())
-                    .or(addresses.first())
-                    .copied(),
+                lab_addr,
+                lab_addrs: lab_addr
+                    .into_iter()
+                    .chain(addresses.iter().copied().filter(|a| Some(*a) != lab_addr))
+                    .collect(),
                 tags: node.tags.clone(),
                 host_interface: host_side,
             };

@@ -1306,6 +1306,54 @@ impl Archive {
         .transpose()
     }
 
+    /// One run by id.
+    pub async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, ArchiveError> {
+        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql("reading a run"))?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    /// Stores (or replaces) a diagnosis job's document.
+    pub async fn put_diagnosis(
+        &self,
+        id: &str,
+        source: &str,
+        destination: &str,
+        state: &str,
+        created_us: i64,
+        document: &serde_json::Value,
+    ) -> Result<(), ArchiveError> {
+        sqlx::query(
+            "INSERT INTO diagnoses (id, source, destination, state, created_us, document) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE \
+             SET state = excluded.state, document = excluded.document",
+        )
+        .bind(id)
+        .bind(source)
+        .bind(destination)
+        .bind(state)
+        .bind(created_us)
+        .bind(document.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(sql("storing a diagnosis"))?;
+        Ok(())
+    }
+
+    /// A diagnosis job's document.
+    pub async fn diagnosis(&self, id: &str) -> Result<Option<serde_json::Value>, ArchiveError> {
+        let row = sqlx::query("SELECT document FROM diagnoses WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql("reading a diagnosis"))?;
+        row.map(|row| parse_json("diagnosis", &row.get::<String, _>("document")))
+            .transpose()
+    }
+
     /// Stores a metric an analysis derived for a stored result (replacing an earlier
     /// value of the same name).
     pub async fn add_metric(

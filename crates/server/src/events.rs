@@ -93,6 +93,15 @@ pub enum Event {
         publisher: String,
     },
     Alert(Alert),
+    /// A step of a diagnosis job (`POST /api/v1/diagnose`); the job document has the rest.
+    Diagnosis {
+        id: String,
+        /// `running`, `done` or `failed`.
+        state: String,
+        message: String,
+        /// The path's source and destination agents.
+        agents: Vec<String>,
+    },
 }
 
 /// An alert: raised by the control plane (missed runs, non-starts) or published by apps
@@ -117,6 +126,7 @@ impl Event {
             Event::Result { .. } => "result",
             Event::AppMetric { .. } => "app_metric",
             Event::Alert(_) => "alert",
+            Event::Diagnosis { .. } => "diagnosis",
         }
     }
 
@@ -129,6 +139,7 @@ impl Event {
             }
             Event::AppMetric { .. } => None,
             Event::Alert(alert) => Some(alert.agents.iter().map(String::as_str).collect()),
+            Event::Diagnosis { agents, .. } => Some(agents.iter().map(String::as_str).collect()),
         }
     }
 
@@ -137,9 +148,13 @@ impl Event {
             Event::Result { agent_tags, .. } => agent_tags,
             Event::AppMetric { metric, .. } => &metric.tags,
             Event::Alert(alert) => &alert.tags,
+            // A diagnosis concerns agents, not tags: a tag filter leaves it out.
+            Event::Diagnosis { .. } => &NO_TAGS,
         }
     }
 }
+
+static NO_TAGS: BTreeMap<String, String> = BTreeMap::new();
 
 /// What a subscriber wants; empty sets mean "any".
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -149,7 +164,7 @@ pub struct Subscription {
     pub tags: BTreeMap<String, String>,
 }
 
-pub const EVENT_KINDS: &[&str] = &["result", "app_metric", "alert"];
+pub const EVENT_KINDS: &[&str] = &["result", "app_metric", "alert", "diagnosis"];
 
 impl Subscription {
     /// Parses `kinds=result,alert`, `agents=a,b`, `tags=site:x,session:42`.

@@ -5,6 +5,7 @@ pub mod api;
 pub mod archive;
 pub mod archivers;
 pub mod config_store;
+pub mod diagnose;
 pub mod dispatch;
 pub mod events;
 pub mod health;

@@ -184,7 +184,14 @@ async fn existing_runs(
                 server: run.server,
                 reverse: run.reverse,
                 start: from_us(run.planned_start_us),
-                end: from_us(run.planned_end_us),
+                // A run that has reported holds its hosts no longer: an on-demand
+                // request (a diagnosis's next step) may start right after it.
+                end: from_us(match (run.state, run.actual_end_us) {
+                    (RunState::Completed | RunState::Failed, Some(end_us)) => {
+                        end_us.clamp(run.planned_start_us, run.planned_end_us)
+                    }
+                    _ => run.planned_end_us,
+                }),
                 priority: if run.state == RunState::Scheduled {
                     i32::try_from(run.priority).unwrap_or(i32::MAX)
                 } else {

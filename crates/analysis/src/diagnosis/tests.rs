@@ -15,7 +15,9 @@ fn bundle() -> DiagnosticResult {
         let tcp = checks.tcp.as_mut().unwrap();
         tcp.summary.received_bps = LINE_BPS;
         // The small datagrams went at their 100 Mbit/s cap and all arrived.
-        checks.small_udp.as_mut().unwrap().summary.received_bps = 100e6;
+        let udp = &mut checks.small_udp.as_mut().unwrap().summary;
+        udp.sent_bps = 100e6;
+        udp.received_bps = 100e6;
     }
     for summary in [
         result.idle.as_mut(),
@@ -116,13 +118,9 @@ fn duplex_mismatch_on_a_b(observations: &mut Observations) {
             forward.summary.received_bps = 20e6;
             forward.summary.retransmits = Some(400);
             // The small datagrams went at 30 Mbit/s and 15 % of them were lost.
-            result
-                .forward
-                .small_udp
-                .as_mut()
-                .unwrap()
-                .summary
-                .received_bps = 25.5e6;
+            let udp = &mut result.forward.small_udp.as_mut().unwrap().summary;
+            udp.sent_bps = 30e6;
+            udp.received_bps = 25.5e6;
         }
     }
 }
@@ -165,11 +163,20 @@ fn a_small_receive_window_names_the_receiver_forward() {
 fn one_way_loss_rising_with_load_names_the_segment_and_direction() {
     let mut observations = healthy_path();
     duplex_mismatch_on_a_b(&mut observations);
+    // The reverse transfer, whose ACKs cross the lossy direction, carried little: not
+    // an MTU black hole (the small probes were lost too) and not a rate limit.
+    let reverse = tcp(&mut seg(&mut observations, "A", "B").reverse);
+    reverse.summary.received_bps = 5e6;
     let diagnosis = diagnose(&observations);
     let suspect = first(&diagnosis);
     assert_eq!(
         (suspect.cause, suspect.segment.as_str(), suspect.direction),
         (Cause::OneWayLoss, "A – B", PathDirection::Forward),
+        "{diagnosis:#?}"
+    );
+    assert!(
+        diagnosis.suspects.iter().all(|s| s.cause != Cause::Mtu
+            && (s.cause != Cause::RateLimit || s.confidence < DEGRADED_CONFIDENCE)),
         "{diagnosis:#?}"
     );
     // 12 % idle, the reverse clean (for), 20 % under load: rising (for).
@@ -192,8 +199,11 @@ fn a_packet_bound_host_is_host_cpu_and_a_shaper_is_a_rate_limit() {
     let result = seg(&mut observations, "A", "B");
     for checks in [&mut result.forward, &mut result.reverse] {
         tcp(checks).summary.received_bps = 40e6;
-        // 14 300 datagrams/s of 128 B: 14.6 Mbit/s, 0.46 of TCP's frame rate.
-        checks.small_udp.as_mut().unwrap().summary.received_bps = 14.6e6;
+        // Sent at 60 Mbit/s; 14 300 datagrams/s of 128 B arrived: 14.6 Mbit/s, 0.46 of
+        // TCP's frame rate.
+        let udp = &mut checks.small_udp.as_mut().unwrap().summary;
+        udp.sent_bps = 60e6;
+        udp.received_bps = 14.6e6;
     }
     let diagnosis = diagnose(&observations);
     let suspect = first(&diagnosis);
@@ -210,6 +220,23 @@ fn a_packet_bound_host_is_host_cpu_and_a_shaper_is_a_rate_limit() {
     }
     let diagnosis = diagnose(&observations);
     assert_eq!(first(&diagnosis).cause, Cause::RateLimit, "{diagnosis:#?}");
+    // Datagrams capped below TCP's rate that all crossed test no limit: neither.
+    let result = seg(&mut observations, "A", "B");
+    for checks in [&mut result.forward, &mut result.reverse] {
+        let udp = &mut checks.small_udp.as_mut().unwrap().summary;
+        udp.sent_bps = 20e6;
+        udp.received_bps = 20e6;
+    }
+    let diagnosis = diagnose(&observations);
+    let suspect = first(&diagnosis);
+    assert!(
+        suspect.cause == Cause::RateLimit
+            && suspect
+                .evidence
+                .iter()
+                .all(|e| e.metric != "frame_rate_share"),
+        "{diagnosis:#?}"
+    );
 }
 
 #[test]

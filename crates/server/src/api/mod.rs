@@ -7,6 +7,7 @@ mod agents;
 mod app;
 mod common;
 mod config;
+mod diagnose;
 mod health;
 mod results;
 
@@ -49,6 +50,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/health/matrix"),
     ("get", "/api/v1/health/select"),
     ("get", "/api/v1/health/fit"),
+    ("post", "/api/v1/diagnose"),
+    ("get", "/api/v1/diagnose/{id}"),
 ];
 
 /// Liveness with the background tasks' states: 503 `degraded` while one is not running
@@ -118,6 +121,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/health/matrix", get(health::matrix))
         .route("/api/v1/health/select", get(health::select))
         .route("/api/v1/health/fit", get(health::fit))
+        .route("/api/v1/diagnose", post(diagnose::start))
+        .route("/api/v1/diagnose/{id}", get(diagnose::get))
         .fallback(|uri: Uri| async move {
             ApiError::new(
                 StatusCode::NOT_FOUND,

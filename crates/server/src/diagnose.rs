@@ -1,0 +1,398 @@
+//! Diagnosis jobs (`POST /api/v1/diagnose`): an on-demand campaign among the agents on
+//! a path, weighed by the pure `vantage_analysis::diagnosis`.
+//!
+//! A job traces the path from the source agent to the destination agent, finds the
+//! measurement points on it (agents that answer at a hop's address), then places one
+//! `diagnose` run end to end and one per segment between consecutive points, one at a
+//! time so no two transfers share the path, and weighs them with the trace and the
+//! pair's previous trace. The job document is stored after every step (so any replica
+//! answers `GET /api/v1/diagnose/{id}`) and each step is published as a `diagnosis`
+//! event on the subscription stream.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use vantage_analysis::diagnosis::{diagnose, Observations, SegmentObservation, Traced};
+use vantage_model::control::RunRequest;
+use vantage_model::diagnosis::{DiagnoseRequest, Diagnosis, DiagnosticResult, TestRun};
+use vantage_model::kinds::{self, Spec};
+use vantage_model::trace::TraceResult;
+
+use crate::archive::{ArchiveError, RunState, StoredResult};
+use crate::events::Event;
+use crate::planner::{self, RequestRefusal};
+use crate::state::ServerState;
+
+/// How long past its test time a placed run may take to report (planning lead,
+/// dispatch, setup guard, upload).
+const RESULT_SLACK: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(250);
+/// How long a step may wait for its agents to be free.
+const QUEUE_LIMIT: Duration = Duration::from_secs(120);
+/// The path's trace: three probes per hop (a lossy segment must not hide the
+/// measurement points behind it), each given up after 0.5 s.
+fn trace_spec() -> serde_json::Value {
+    serde_json::json!({"max_ttl": 16, "queries": 3, "timeout": "500ms"})
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Running,
+    Done,
+    Failed,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+        }
+    }
+}
+
+/// A diagnosis job as stored and served.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiagnosisJob {
+    pub id: String,
+    pub state: JobState,
+    pub request: DiagnoseRequest,
+    pub created_at: DateTime<Utc>,
+    /// One line per step, oldest first.
+    pub progress: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Diagnosis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Why a diagnosis could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DiagnoseRefusal {
+    #[error("field '{field}': agent '{name}' is not registered")]
+    UnknownAgent { field: &'static str, name: String },
+    #[error("fields 'source' and 'destination' name the same agent")]
+    SamePair,
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+}
+
+/// Checks the request, stores the job and starts it; returns the job as stored.
+pub async fn start(
+    state: &Arc<ServerState>,
+    request: DiagnoseRequest,
+) -> Result<DiagnosisJob, DiagnoseRefusal> {
+    if request.source == request.destination {
+        return Err(DiagnoseRefusal::SamePair);
+    }
+    let agents = state.archive.agents().await?;
+    for (field, name) in [
+        ("source", &request.source),
+        ("destination", &request.destination),
+    ] {
+        if !agents.iter().any(|agent| &agent.registration.name == name) {
+            return Err(DiagnoseRefusal::UnknownAgent {
+                field,
+                name: name.clone(),
+            });
+        }
+    }
+    let job = DiagnosisJob {
+        id: format!("diag-{}", crate::new_token().get(..16).unwrap_or_default()),
+        state: JobState::Running,
+        request,
+        created_at: Utc::now(),
+        progress: Vec::new(),
+        result: None,
+        error: None,
+    };
+    put(state, &job).await?;
+    let running = Arc::new(tokio::sync::Mutex::new(job.clone()));
+    let state = state.clone();
+    tokio::spawn(async move {
+        let outcome = campaign(&state, &running).await;
+        let mut job = running.lock().await;
+        match outcome {
+            Ok(diagnosis) => {
+                job.state = JobState::Done;
+                let verdict = serde_json::to_value(diagnosis.verdict).unwrap_or_default();
+                job.progress.push(format!(
+                    "verdict {}, {} suspect(s)",
+                    verdict.as_str().unwrap_or("?"),
+                    diagnosis.suspects.len()
+                ));
+                job.result = Some(diagnosis);
+            }
+            Err(error) => {
+                job.state = JobState::Failed;
+                job.progress.push(format!("failed: {error}"));
+                job.error = Some(error);
+            }
+        }
+        store(&state, &job).await;
+    });
+    Ok(job)
+}
+
+async fn put(state: &ServerState, job: &DiagnosisJob) -> Result<(), ArchiveError> {
+    let document = serde_json::to_value(job).expect("a job serialises");
+    state
+        .archive
+        .put_diagnosis(
+            &job.id,
+            &job.request.source,
+            &job.request.destination,
+            job.state.as_str(),
+            job.created_at.timestamp_micros(),
+            &document,
+        )
+        .await
+}
+
+/// Stores the job and publishes its latest step.
+async fn store(state: &ServerState, job: &DiagnosisJob) {
+    if let Err(error) = put(state, job).await {
+        tracing::error!(job = %job.id, "storing a diagnosis job failed: {error}");
+    }
+    state.publish(Event::Diagnosis {
+        id: job.id.clone(),
+        state: job.state.as_str().to_string(),
+        message: job.progress.last().cloned().unwrap_or_default(),
+        agents: vec![job.request.source.clone(), job.request.destination.clone()],
+    });
+}
+
+async fn step(state: &ServerState, job: &tokio::sync::Mutex<DiagnosisJob>, line: String) {
+    let mut job = job.lock().await;
+    job.progress.push(line);
+    store(state, &job).await;
+}
+
+/// Places one on-demand run and waits for its result.
+async fn run(
+    state: &ServerState,
+    test: &str,
+    spec: &serde_json::Value,
+    client: &str,
+    server: &str,
+    tests_run: &mut Vec<TestRun>,
+) -> Result<StoredResult, String> {
+    let request = RunRequest {
+        test: test.to_string(),
+        client: client.to_string(),
+        server: server.to_string(),
+        spec: spec.clone(),
+        not_before: None,
+        // Queued behind whatever holds the agents now, rather than refused.
+        not_after: Some(Utc::now() + chrono::Duration::from_std(QUEUE_LIMIT).expect("fits")),
+        // Above scheduled tasks: a diagnosis is asked for now.
+        priority: 100,
+    };
+    let run_id = planner::submit_request(state, &request)
+        .await
+        .map_err(|error| match error {
+            RequestRefusal::Archive(error) => error.to_string(),
+            refusal => format!("{test} {client} → {server}: {refusal}"),
+        })?;
+    let empty = serde_json::Map::new();
+    let given = spec.as_object().unwrap_or(&empty);
+    let test_time = kinds::find(test)
+        .and_then(|kind| kind.normalise("spec", given).ok())
+        .and_then(|values| {
+            let kind = kinds::find(test)?;
+            (kind.estimate)(&Spec::new(kind, &values))
+        })
+        .unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + QUEUE_LIMIT + test_time + RESULT_SLACK;
+    let outcome = loop {
+        if let Some(result) = state
+            .archive
+            .stored_result(&run_id)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            break Ok(result);
+        }
+        if let Some(run) = state
+            .archive
+            .run(&run_id)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            if matches!(run.state, RunState::NonStart | RunState::Missed) {
+                break Err(format!(
+                    "{test} {client} → {server} did not run: {}",
+                    run.reason.unwrap_or_else(|| format!("{:?}", run.state))
+                ));
+            }
+        }
+        if tokio::time::Instant::now() > deadline {
+            break Err(format!(
+                "{test} {client} → {server}: no result within {:.0} s",
+                (test_time + RESULT_SLACK).as_secs_f64()
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    tests_run.push(TestRun {
+        test: test.to_string(),
+        client: client.to_string(),
+        server: server.to_string(),
+        run_id: run_id.clone(),
+        outcome: match &outcome {
+            Ok(result) => result.outcome.clone(),
+            Err(_) => "not_run".to_string(),
+        },
+    });
+    let result = outcome?;
+    if result.outcome != "completed" {
+        return Err(format!(
+            "{test} {client} → {server} failed: {}",
+            result.error.unwrap_or_default()
+        ));
+    }
+    Ok(result)
+}
+
+fn parse<T: serde::de::DeserializeOwned>(result: &StoredResult) -> Result<T, String> {
+    let raw = result
+        .result
+        .clone()
+        .ok_or_else(|| format!("run {} stored no document", result.run_id))?;
+    serde_json::from_value(raw).map_err(|e| format!("run {}: {e}", result.run_id))
+}
+
+/// The measurement points in trace order: the agents answering at each hop.
+fn points_on(
+    trace: &TraceResult,
+    agent_addresses: &BTreeMap<String, String>,
+    source: &str,
+    destination: &str,
+) -> Vec<String> {
+    let mut path = vec![source.to_string()];
+    for hop in &trace.hops {
+        let Some(agent) = hop
+            .addresses
+            .iter()
+            .find_map(|address| agent_addresses.get(address))
+        else {
+            continue;
+        };
+        if agent != destination && !path.contains(agent) {
+            path.push(agent.clone());
+        }
+    }
+    path.push(destination.to_string());
+    path
+}
+
+async fn campaign(
+    state: &ServerState,
+    job: &tokio::sync::Mutex<DiagnosisJob>,
+) -> Result<Diagnosis, String> {
+    let request = job.lock().await.request.clone();
+    let (source, destination) = (request.source.as_str(), request.destination.as_str());
+    let mut tests_run = Vec::new();
+    let agents = state.archive.agents().await.map_err(|e| e.to_string())?;
+    let agent_addresses: BTreeMap<String, String> = agents
+        .iter()
+        .flat_map(|agent| {
+            agent
+                .registration
+                .addresses
+                .iter()
+                .map(|address| (address.clone(), agent.registration.name.clone()))
+        })
+        .collect();
+
+    step(state, job, format!("tracing {source} → {destination}")).await;
+    let traced = run(
+        state,
+        "trace",
+        &trace_spec(),
+        source,
+        destination,
+        &mut tests_run,
+    )
+    .await?;
+    let trace = Traced {
+        run_id: traced.run_id.clone(),
+        result: parse(&traced)?,
+    };
+    let previous_trace = state
+        .archive
+        .previous_result(
+            source,
+            destination,
+            "trace",
+            traced.start_time.timestamp_micros(),
+        )
+        .await
+        .map_err(|e| e.to_string())?
+        .and_then(|(run_id, raw)| {
+            serde_json::from_value(raw)
+                .ok()
+                .map(|result| Traced { run_id, result })
+        });
+    let path = points_on(&trace.result, &agent_addresses, source, destination);
+    step(
+        state,
+        job,
+        format!("measurement points on the path: {}", path.join(" → ")),
+    )
+    .await;
+
+    let mut pairs = vec![(source.to_string(), destination.to_string(), true)];
+    if request.segments && path.len() > 2 {
+        pairs.extend(
+            path.windows(2)
+                .map(|pair| (pair[0].clone(), pair[1].clone(), false)),
+        );
+    }
+    let mut segments = Vec::new();
+    for (index, (from, to, end_to_end)) in pairs.iter().enumerate() {
+        step(
+            state,
+            job,
+            format!(
+                "measuring {from} ⇄ {to}{} ({} of {})",
+                if *end_to_end { " end to end" } else { "" },
+                index + 1,
+                pairs.len()
+            ),
+        )
+        .await;
+        let stored = run(
+            state,
+            "diagnose",
+            &serde_json::json!({}),
+            from,
+            to,
+            &mut tests_run,
+        )
+        .await?;
+        let result: DiagnosticResult = parse(&stored)?;
+        segments.push(SegmentObservation {
+            from: from.clone(),
+            to: to.clone(),
+            end_to_end: *end_to_end,
+            run_id: Some(stored.run_id.clone()),
+            result,
+        });
+    }
+    let observations = Observations {
+        request,
+        path,
+        segments,
+        trace: Some(trace),
+        previous_trace,
+        agent_addresses,
+        tests_run,
+    };
+    Ok(diagnose(&observations))
+}
