@@ -271,6 +271,30 @@ pub struct TraceResult {
 }
 
 impl TraceResult {
+    /// TTLs short of the destination (or of the last hop tried) that no probe answered.
+    pub fn silent_hops(&self) -> Vec<u8> {
+        let last = self.destination_ttl().unwrap_or(u8::MAX);
+        self.hops
+            .iter()
+            .filter(|hop| hop.ttl < last && hop.addresses.is_empty())
+            .map(|hop| hop.ttl)
+            .collect()
+    }
+
+    /// Fills the hops no probe answered with another trace's answers at the same TTL:
+    /// a retry over a lossy segment, whose bursts can swallow every probe of a hop.
+    pub fn fill_silent_hops(&mut self, other: &TraceResult) {
+        for hop in self.hops.iter_mut().filter(|hop| hop.addresses.is_empty()) {
+            if let Some(answered) = other
+                .hops
+                .iter()
+                .find(|theirs| theirs.ttl == hop.ttl && !theirs.addresses.is_empty())
+            {
+                *hop = answered.clone();
+            }
+        }
+    }
+
     /// The TTL at which the destination answered.
     pub fn destination_ttl(&self) -> Option<u8> {
         self.hops
@@ -436,6 +460,18 @@ mod tests {
         assert_eq!(comparison.first_difference_ttl, None);
         assert!(comparison.added.is_empty() && comparison.removed.is_empty());
         assert_eq!(comparison.current_destination_ttl, Some(4));
+    }
+
+    #[test]
+    fn a_retry_fills_the_hops_a_lossy_trace_missed() {
+        let mut lossy = trace(&[A, None, C, None, D], true);
+        assert_eq!(lossy.silent_hops(), vec![2, 4]);
+        lossy.fill_silent_hops(&trace(&[A, B, None, X, D], true));
+        let addresses: Vec<_> = lossy.hops.iter().map(|h| h.address.as_deref()).collect();
+        assert_eq!(addresses, [A, B, C, X, D]);
+        assert!(lossy.silent_hops().is_empty());
+        // Beyond a destination never reached, every silent hop counts.
+        assert_eq!(trace(&[A, None, None], false).silent_hops(), vec![2, 3]);
     }
 
     #[test]

@@ -30,6 +30,9 @@ use crate::state::ServerState;
 /// dispatch, setup guard, upload).
 const RESULT_SLACK: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(250);
+/// Traces of the path at most, while hops stay silent (a lossy segment's bursts can
+/// swallow every probe of a hop and hide the measurement point behind it).
+const TRACE_ATTEMPTS: u32 = 3;
 /// How long a step may wait for its agents to be free.
 const QUEUE_LIMIT: Duration = Duration::from_secs(120);
 /// The path's trace: three probes per hop (a lossy segment must not hide the
@@ -311,27 +314,48 @@ async fn campaign(
         .collect();
 
     step(state, job, format!("tracing {source} → {destination}")).await;
-    let traced = run(
-        state,
-        "trace",
-        &trace_spec(),
-        source,
-        destination,
-        &mut tests_run,
-    )
-    .await?;
-    let trace = Traced {
-        run_id: traced.run_id.clone(),
-        result: parse(&traced)?,
-    };
-    let previous_trace = state
-        .archive
-        .previous_result(
+    let mut trace: Option<Traced> = None;
+    let mut first_start_us = 0;
+    for attempt in 1..=TRACE_ATTEMPTS {
+        let traced = run(
+            state,
+            "trace",
+            &trace_spec(),
             source,
             destination,
-            "trace",
-            traced.start_time.timestamp_micros(),
+            &mut tests_run,
         )
+        .await?;
+        let result: TraceResult = parse(&traced)?;
+        let merged = match trace.take() {
+            Some(mut merged) => {
+                merged.result.fill_silent_hops(&result);
+                merged
+            }
+            None => {
+                first_start_us = traced.start_time.timestamp_micros();
+                Traced {
+                    run_id: traced.run_id.clone(),
+                    result,
+                }
+            }
+        };
+        let silent = merged.result.silent_hops();
+        trace = Some(merged);
+        if silent.is_empty() || attempt == TRACE_ATTEMPTS {
+            break;
+        }
+        step(
+            state,
+            job,
+            format!("no answer at TTL {silent:?}: tracing again ({attempt} of {TRACE_ATTEMPTS})"),
+        )
+        .await;
+    }
+    let trace = trace.expect("at least one trace ran");
+    let previous_trace = state
+        .archive
+        .previous_result(source, destination, "trace", first_start_us)
         .await
         .map_err(|e| e.to_string())?
         .and_then(|(run_id, raw)| {
