@@ -251,19 +251,12 @@ fn localising<'a, 'b>(legs: &'b [Leg<'a>]) -> Vec<&'b Leg<'a>> {
         .collect()
 }
 
-/// What a healthy leg should carry: the stated target rate, else the best any
-/// leg of this path carried (the segments share one kind of line).
-fn reference_bps(observations: &Observations, legs: &[Leg<'_>]) -> Option<f64> {
-    observations
-        .request
-        .target_rate_bps
-        .map(|r| r as f64)
-        .or_else(|| {
-            legs.iter()
-                .filter_map(Leg::tcp_bps)
-                .fold(None, |best: Option<f64>, bps| {
-                    Some(best.map_or(bps, |b| b.max(bps)))
-                })
+/// The best TCP rate any leg of this path carried.
+fn best_bps(legs: &[Leg<'_>]) -> Option<f64> {
+    legs.iter()
+        .filter_map(Leg::tcp_bps)
+        .fold(None, |best: Option<f64>, bps| {
+            Some(best.map_or(bps, |b| b.max(bps)))
         })
 }
 
@@ -272,6 +265,21 @@ fn falls_short(leg: &Leg<'_>, reference_bps: Option<f64>) -> bool {
         (Some(bps), Some(reference)) => bps < SHORTFALL_SHARE * reference,
         _ => false,
     }
+}
+
+/// A host limit counts only where the leg fell short of what the path should carry:
+/// one that binds once the line is full anyway costs nothing. For with
+/// `weight_if_short`, else against with full weight.
+fn shortfall(leg: &Leg<'_>, reference_bps: Option<f64>, weight_if_short: f64) -> Evidence {
+    let bps = leg.tcp_bps().unwrap_or(0.0);
+    let short = falls_short(leg, reference_bps);
+    leg.evidence(
+        "tcp",
+        "received_bps",
+        bps,
+        format!("≥ {}", mbps(SHORTFALL_SHARE * reference_bps.unwrap_or(bps))),
+    )
+    .weigh(short, if short { weight_if_short } else { 1.0 })
 }
 
 /// The host whose socket buffer the kernel blamed: the receiver for the window,
@@ -296,7 +304,6 @@ fn window_candidates(legs: &[Leg<'_>], reference_bps: Option<f64>) -> Vec<Candid
             _ => continue,
         };
         let bps = tcp.summary.received_bps;
-        let short = falls_short(leg, reference_bps);
         let mut evidence = vec![leg
             .evidence(
                 "tcp",
@@ -321,14 +328,7 @@ fn window_candidates(legs: &[Leg<'_>], reference_bps: Option<f64>) -> Vec<Candid
                 .weigh(window < needed, 0.3),
             );
         }
-        let rate = leg.evidence(
-            "tcp",
-            "received_bps",
-            bps,
-            format!("≥ {}", mbps(SHORTFALL_SHARE * reference_bps.unwrap_or(bps))),
-        );
-        // A window that binds only when the line is full anyway costs nothing.
-        evidence.push(rate.weigh(short, if short { 0.5 } else { 1.5 }));
+        evidence.push(shortfall(leg, reference_bps, 0.5));
         found.push(Candidate {
             cause,
             segment: host.to_string(),
@@ -377,14 +377,6 @@ fn cpu_candidates(
         } else {
             (Cause::ProbeLimited, "this measurement point cannot measure the segment at full rate: use a faster measurement host, or trust the segments around it")
         };
-        let bps = tcp.summary.received_bps;
-        let short = falls_short(leg, reference_bps);
-        let rate = leg.evidence(
-            "tcp",
-            "received_bps",
-            bps,
-            format!("≥ {}", mbps(SHORTFALL_SHARE * reference_bps.unwrap_or(bps))),
-        );
         found.push(Candidate {
             cause,
             segment: host.to_string(),
@@ -397,8 +389,7 @@ fn cpu_candidates(
                     "below 0.9 of a core".to_string(),
                 )
                 .weigh(true, 0.8),
-                // A core that runs out only beyond what the path must carry costs nothing.
-                rate.weigh(short, if short { 0.3 } else { 1.0 }),
+                shortfall(leg, reference_bps, 0.3),
             ],
             fix: fix.to_string(),
         });
@@ -502,8 +493,11 @@ fn frame_rates(leg: &Leg<'_>) -> Option<FrameRates> {
 
 /// A segment that carries far less than the path's other segments: a rate limit
 /// (shaper, policer, slower line) or a host on it that spends CPU per packet.
-fn bottleneck_candidates(legs: &[Leg<'_>], reference_bps: Option<f64>) -> Vec<Candidate> {
-    let best_bps = legs.iter().filter_map(Leg::tcp_bps).fold(0.0_f64, f64::max);
+fn bottleneck_candidates(
+    legs: &[Leg<'_>],
+    best_bps: f64,
+    reference_bps: Option<f64>,
+) -> Vec<Candidate> {
     let mut found = Vec::new();
     for leg in localising(legs) {
         let Some(bps) = leg.tcp_bps() else { continue };
@@ -918,11 +912,18 @@ pub fn diagnose(observations: &Observations) -> Diagnosis {
         };
     }
     let legs = legs(observations);
-    let reference = reference_bps(observations, &legs);
+    let best = best_bps(&legs);
+    // What a healthy leg should carry: the stated target rate, else the best any leg
+    // of this path carried (the segments share one kind of line).
+    let reference = observations
+        .request
+        .target_rate_bps
+        .map(|rate| rate as f64)
+        .or(best);
     let mut candidates = window_candidates(&legs, reference);
     candidates.extend(cpu_candidates(observations, &legs, reference));
     candidates.extend(loss_candidates(&legs));
-    candidates.extend(bottleneck_candidates(&legs, reference));
+    candidates.extend(bottleneck_candidates(&legs, best.unwrap_or(0.0), reference));
     candidates.extend(mtu_candidates(&legs, reference));
     candidates.extend(bloat_candidates(&legs));
     candidates.extend(path_change_candidates(observations));

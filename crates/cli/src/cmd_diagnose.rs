@@ -171,32 +171,10 @@ async fn ask_server(
     request: &DiagnoseRequest,
 ) -> Result<Diagnosis, String> {
     let client = connection.client()?;
-    let call = |builder: reqwest::RequestBuilder| async {
-        let response = builder
-            .bearer_auth(&connection.token)
-            .send()
-            .await
-            .map_err(|error| format!("cannot reach {}: {error}", connection.server))?;
-        let status = response.status();
-        let body: Value = response
-            .json()
-            .await
-            .map_err(|error| format!("unreadable answer from {}: {error}", connection.server))?;
-        if status.is_success() {
-            Ok(body)
-        } else {
-            Err(format!(
-                "{status}: {}",
-                body["error"].as_str().unwrap_or("no reason given")
-            ))
-        }
-    };
-    let job = call(
-        client
-            .post(connection.url("/api/v1/diagnose"))
-            .json(request),
-    )
-    .await?;
+    let start_url = connection.url("/api/v1/diagnose");
+    let job = connection
+        .call(client.post(&start_url).json(request), &start_url)
+        .await?;
     let id = job["id"]
         .as_str()
         .ok_or("the server's answer names no job")?
@@ -205,7 +183,8 @@ async fn ask_server(
     let mut shown = 0;
     let deadline = tokio::time::Instant::now() + FOLLOW_LIMIT;
     loop {
-        let job = call(client.get(connection.url(&format!("/api/v1/diagnose/{id}")))).await?;
+        let job_url = connection.url(&format!("/api/v1/diagnose/{id}"));
+        let job = connection.call(client.get(&job_url), &job_url).await?;
         let progress = job["progress"].as_array().cloned().unwrap_or_default();
         for line in progress.iter().skip(shown) {
             eprintln!("vantage diagnose: {}", line.as_str().unwrap_or_default());

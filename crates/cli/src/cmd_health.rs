@@ -150,26 +150,9 @@ async fn get(
     query: &[(&str, String)],
 ) -> Result<Value, String> {
     let url = connection.url(&format!("/api/v1/health/{path}"));
-    let response = connection
-        .client()?
-        .get(&url)
-        .bearer_auth(&connection.token)
-        .query(query)
-        .send()
+    connection
+        .call(connection.client()?.get(&url).query(query), &url)
         .await
-        .map_err(|error| format!("cannot reach {url}: {error}"))?;
-    let status = response.status();
-    let body: Value = response
-        .json()
-        .await
-        .map_err(|error| format!("unreadable answer from {url}: {error}"))?;
-    if !status.is_success() {
-        return Err(format!(
-            "{url}: {status}: {}",
-            body["error"].as_str().unwrap_or("no reason given")
-        ));
-    }
-    Ok(body)
 }
 
 fn score(value: &Value) -> String {

@@ -27,4 +27,30 @@ impl ServerConnection {
     pub fn client(&self) -> Result<reqwest::Client, String> {
         vantage_agent::client::http_client(self.ca_cert.as_deref()).map_err(|e| e.to_string())
     }
+
+    /// Sends `request` (to `url`) with the token; the JSON answer, or the server's
+    /// reason for refusing.
+    pub async fn call(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<serde_json::Value, String> {
+        let response = request
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|error| format!("cannot reach {url}: {error}"))?;
+        let status = response.status();
+        let body: serde_json::Value = response
+            .json()
+            .await
+            .map_err(|error| format!("unreadable answer from {url}: {error}"))?;
+        if !status.is_success() {
+            return Err(format!(
+                "{url}: {status}: {}",
+                body["error"].as_str().unwrap_or("no reason given")
+            ));
+        }
+        Ok(body)
+    }
 }

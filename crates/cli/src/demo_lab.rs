@@ -193,7 +193,7 @@ async fn serve(
             .stderr(std::fs::File::create(
                 workdir.path().join(format!("agent-{}.log", point.node)),
             )?);
-        if let Some(address) = point.lab_addr {
+        if let Some(address) = point.lab_addrs.first() {
             // Measured over the emulated links only: the endpoint listens there.
             command.args(["--listen", &address.to_string()]);
             // Every address, so a trace's hops name the measurement points on a path.

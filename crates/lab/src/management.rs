@@ -28,10 +28,9 @@ pub const MAX_POINTS: usize = 256;
 pub struct Point {
     pub node: String,
     pub netns: String,
-    /// The node's address on the emulated links where its agent's endpoint listens.
-    pub lab_addr: Option<std::net::IpAddr>,
-    /// All its addresses on the emulated links, `lab_addr` first: a router answers a
-    /// trace from the link the probe came in on, so its agent advertises every one.
+    /// The node's addresses on the emulated links, the one its agent's endpoint
+    /// listens on first (IPv4 if it has one): a router answers a trace from the link
+    /// the probe came in on, so its agent advertises every one.
     pub lab_addrs: Vec<std::net::IpAddr>,
     pub tags: std::collections::BTreeMap<String, String>,
     host_interface: String,
@@ -132,7 +131,6 @@ impl Management {
             let point = Point {
                 node: node.name.clone(),
                 netns,
-                lab_addr,
                 lab_addrs: lab_addr
                     .into_iter()
                     .chain(addresses.iter().copied().filter(|a| Some(*a) != lab_addr))

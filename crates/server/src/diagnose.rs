@@ -205,13 +205,13 @@ async fn run(
     let empty = serde_json::Map::new();
     let given = spec.as_object().unwrap_or(&empty);
     let test_time = kinds::find(test)
-        .and_then(|kind| kind.normalise("spec", given).ok())
-        .and_then(|values| {
-            let kind = kinds::find(test)?;
+        .and_then(|kind| {
+            let values = kind.normalise("spec", given).ok()?;
             (kind.estimate)(&Spec::new(kind, &values))
         })
         .unwrap_or_default();
-    let deadline = tokio::time::Instant::now() + QUEUE_LIMIT + test_time + RESULT_SLACK;
+    let wait = QUEUE_LIMIT + test_time + RESULT_SLACK;
+    let deadline = tokio::time::Instant::now() + wait;
     let outcome = loop {
         if let Some(result) = state
             .archive
@@ -237,7 +237,7 @@ async fn run(
         if tokio::time::Instant::now() > deadline {
             break Err(format!(
                 "{test} {client} → {server}: no result within {:.0} s",
-                (test_time + RESULT_SLACK).as_secs_f64()
+                wait.as_secs_f64()
             ));
         }
         tokio::time::sleep(POLL).await;
