@@ -880,6 +880,7 @@ fn assess_target(observations: &Observations) -> TargetAssessment {
         source: request.source.clone(),
         destination: request.destination.clone(),
         path: observations.path.clone(),
+        app: request.app.clone(),
         target_rate_bps: request.target_rate_bps,
         target_rtt_us: request.target_rtt_us,
         forward_bps,
@@ -944,3 +945,5 @@ pub fn diagnose(observations: &Observations) -> Diagnosis {
 
 #[cfg(test)]
 mod tests;
+
+pub mod apps;

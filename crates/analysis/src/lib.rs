@@ -11,9 +11,16 @@
 //!   MOS guideline of Rufini et al. (Fotonica 2014).
 //! - [`repeat`]: a test's summary metrics across repeated runs (mean ± σ, median
 //!   and IQR; Miravalls-Sierra et al., 2018).
+//! - [`sla`]: a service-level contract's committed rate, delay, loss and jitter
+//!   against one result, with margins (Rufini et al., Fotonica 2014).
+//! - [`correlation`]: an app metric against a network metric of the same path,
+//!   Pearson and Spearman (1904) over binned series at each lag of a window, and
+//!   the best lag.
 
+pub mod correlation;
 pub mod diagnosis;
 pub mod fit;
 pub mod health;
 pub mod qoe;
 pub mod repeat;
+pub mod sla;

@@ -72,25 +72,9 @@ fn execute(command: ConfigCommand) -> Result<String, String> {
 
 async fn apply(connection: &ServerConnection, document: &serde_json::Value) -> Result<i64, String> {
     let url = connection.url("/api/v1/config");
-    let response = connection
-        .client()?
-        .put(&url)
-        .bearer_auth(&connection.token)
-        .json(document)
-        .send()
-        .await
-        .map_err(|error| format!("cannot reach {url}: {error}"))?;
-    let status = response.status();
-    let body: serde_json::Value = response
-        .json()
-        .await
-        .map_err(|error| format!("unreadable answer from {url}: {error}"))?;
-    if !status.is_success() {
-        return Err(format!(
-            "server refused the configuration ({status}): {}",
-            body["error"].as_str().unwrap_or("no reason given")
-        ));
-    }
+    let body = connection
+        .call(connection.client()?.put(&url).json(document), &url)
+        .await?;
     body["version"]
         .as_i64()
         .ok_or_else(|| format!("answer from {url} has no version: {body}"))

@@ -68,7 +68,8 @@ fn seconds(duration: Duration) -> String {
     format!("{}ms", duration.as_millis())
 }
 
-/// The demo's measurement configuration: one mesh group, two tasks.
+/// The demo's measurement configuration: one mesh group, two tasks, and an SLA
+/// contract over both that loopback meets with room to spare.
 fn demo_config(args: &DemoArgs) -> serde_json::Value {
     serde_json::json!({
         "groups": [{"name": "demo-mesh", "kind": "mesh", "members": ["role=demo"]}],
@@ -79,6 +80,9 @@ fn demo_config(args: &DemoArgs) -> serde_json::Value {
         "tasks": [
             {"name": "latency-mesh", "test": "rtt", "group": "demo-mesh", "every": seconds(args.latency_every), "slip": seconds(args.latency_every * 4 / 5)},
             {"name": "throughput-mesh", "test": "bulk", "group": "demo-mesh", "every": seconds(args.throughput_every), "directions": "one"}
+        ],
+        "contracts": [
+            {"name": "demo-sla", "tasks": ["latency-mesh", "throughput-mesh"], "rate": "100M", "rtt": "10ms", "loss": 0.01}
         ]
     })
 }
@@ -288,6 +292,7 @@ async fn print_summary(server: &RunningServer, started_us: i64) {
             "  {client:>9} -> {server:<9} rtt {rtt:>10}  loss {loss:>6}  throughput {rate:>12}"
         );
     }
+    print_sla(archive, started_us).await;
     if let Some(problem) = runs.iter().rev().find(|run| {
         matches!(
             run.state,
@@ -300,6 +305,41 @@ async fn print_summary(server: &RunningServer, started_us: i64) {
             problem.client,
             problem.server,
             problem.reason.as_deref().unwrap_or("?")
+        );
+    }
+}
+
+/// One line per SLA contract: how many pairs meet it, and the closest call.
+async fn print_sla(archive: &vantage_server::archive::Archive, started_us: i64) {
+    let contracts = match vantage_server::config_store::current(archive).await {
+        Ok(config) => config
+            .map(|(_, config)| config.contracts)
+            .unwrap_or_default(),
+        Err(error) => {
+            eprintln!("vantage demo: cannot read the configuration: {error}");
+            return;
+        }
+    };
+    let compliance =
+        match vantage_server::sla::compliance(archive, &contracts, Some(started_us), None).await {
+            Ok(compliance) => compliance,
+            Err(error) => {
+                eprintln!("vantage demo: SLA query failed: {error}");
+                return;
+            }
+        };
+    for contract in compliance {
+        let met = contract.pairs.iter().filter(|pair| pair.pass).count();
+        let closest = contract
+            .pairs
+            .iter()
+            .flat_map(|pair| &pair.standing)
+            .min_by(|a, b| a.margin.total_cmp(&b.margin));
+        println!(
+            "  SLA {}: {met} of {} pairs met{}",
+            contract.contract.name,
+            contract.pairs.len(),
+            closest.map_or(String::new(), |clause| format!("; closest: {clause}"))
         );
     }
 }

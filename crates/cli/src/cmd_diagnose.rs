@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::{Map, Value};
-use vantage_analysis::diagnosis::{diagnose, Observations, SegmentObservation};
+use vantage_analysis::diagnosis::{apps, diagnose, Observations, SegmentObservation};
 use vantage_model::diagnosis::{DiagnoseRequest, Diagnosis, PathDirection, Verdict};
 use vantage_model::kinds::diagnose::{
     self as kind, DEFAULT_PROBES, DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT,
@@ -60,6 +60,12 @@ pub struct DiagnoseArgs {
     /// The round-trip time the application needs at most (DUR, e.g. 30ms).
     #[arg(long, value_name = "DUR", value_parser = duration_arg)]
     target_rtt: Option<Duration>,
+    /// The application whose needs are the target: a video profile of Rufini et al.
+    /// (youtube-360p … youtube-1080p, h264-1080p, mpeg2-720p) or the gigabit
+    /// tele-therapy app of Bazan-Antequera et al. (ptaas-kinect, 200 Mbit/s);
+    /// --target-rate / --target-rtt override its figures.
+    #[arg(long, value_name = "PROFILE", value_parser = app_arg)]
+    app: Option<String>,
     /// Idle round-trip probes (TWAMP-Light).
     #[arg(long, value_name = "N", default_value = DEFAULT_PROBES)]
     probes: u64,
@@ -145,6 +151,7 @@ pub fn run(args: DiagnoseArgs) -> ExitCode {
                 destination: destination.clone(),
                 target_rate_bps: args.target_rate,
                 target_rtt_us: args.target_rtt.map(|rtt| rtt.as_micros() as u64),
+                app: args.app.clone(),
                 segments: !args.no_segments,
             };
             match tokio::runtime::Runtime::new() {
@@ -263,14 +270,19 @@ fn run_local(args: &DiagnoseArgs, target_text: &str) -> ExitCode {
     {
         eprintln!("vantage diagnose: {error}");
     }
+    let mut request = DiagnoseRequest {
+        source: THIS_HOST.to_string(),
+        destination: target_text.to_string(),
+        target_rate_bps: args.target_rate,
+        target_rtt_us: args.target_rtt.map(|rtt| rtt.as_micros() as u64),
+        app: args.app.clone(),
+        segments: false,
+    };
+    if let Err(error) = apps::apply(&mut request) {
+        return fail(error.to_string());
+    }
     let observations = Observations {
-        request: DiagnoseRequest {
-            source: THIS_HOST.to_string(),
-            destination: target_text.to_string(),
-            target_rate_bps: args.target_rate,
-            target_rtt_us: args.target_rtt.map(|rtt| rtt.as_micros() as u64),
-            segments: false,
-        },
+        request,
         path: vec![THIS_HOST.to_string(), target_text.to_string()],
         segments: vec![SegmentObservation {
             from: THIS_HOST.to_string(),
@@ -326,8 +338,12 @@ fn render(diagnosis: &Diagnosis) -> String {
         .into_iter()
         .flatten()
         .collect();
+        let app = target
+            .app
+            .as_ref()
+            .map_or(String::new(), |app| format!("{app}: "));
         out += &format!(
-            "  target     {}: {}\n",
+            "  target     {app}{}: {}\n",
             wanted.join(", "),
             if met { "met" } else { "not met" }
         );
@@ -360,4 +376,11 @@ fn render(diagnosis: &Diagnosis) -> String {
         out += &format!("       fix: {}\n", suspect.fix);
     }
     out
+}
+
+/// An application profile name, checked against the known ones.
+fn app_arg(text: &str) -> Result<String, String> {
+    apps::profile(text)
+        .map(|profile| profile.name.to_string())
+        .map_err(|error| error.to_string())
 }

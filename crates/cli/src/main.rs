@@ -12,6 +12,7 @@ mod cmd_latency;
 mod cmd_qoe;
 mod cmd_sandwich;
 mod cmd_server;
+mod cmd_sla;
 mod cmd_throughput;
 mod cmd_ticket;
 mod cmd_trace;
@@ -62,6 +63,8 @@ enum Command {
     Health(cmd_health::HealthArgs),
     /// Which suspect, which segment, which direction: the diagnostic bundle to an endpoint, weighed into a verdict with evidence (pathdiag, Mathis et al., PAM 2008).
     Diagnose(cmd_diagnose::DiagnoseArgs),
+    /// SLA contracts (Rufini et al., Fotonica 2014): each pair's standing against its committed rate, delay, loss and jitter.
+    Sla(cmd_sla::SlaArgs),
     /// Video QoE from a throughput series: playback-buffer stalls and MOS (Rufini et al., Fotonica 2014).
     Qoe(cmd_qoe::QoeArgs),
     /// Signing keys and test tickets for standalone endpoints (`vantage endpoint --authorized-keys`).
@@ -86,6 +89,7 @@ fn main() -> std::process::ExitCode {
         Command::Health(args) => cmd_health::run(args),
         Command::Qoe(args) => cmd_qoe::run(args),
         Command::Diagnose(args) => cmd_diagnose::run(args),
+        Command::Sla(args) => cmd_sla::run(args),
     }
 }
 

@@ -75,7 +75,15 @@ fn diagnose(args: &[&str]) -> Output {
 fn loopback_meets_a_100_mbit_target_and_states_what_tcp_needs() {
     let endpoint = Endpoint::start();
     let target = format!("127.0.0.1:{}", endpoint.port);
-    let mut args = vec![target.as_str(), "--target-rate", "100M", "--json"];
+    // The gigabit app's profile (200 Mbit/s) with its rate overridden.
+    let mut args = vec![
+        target.as_str(),
+        "--app",
+        "ptaas-kinect",
+        "--target-rate",
+        "100M",
+        "--json",
+    ];
     args.extend_from_slice(SHORT);
     let output = diagnose(&args);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -85,6 +93,11 @@ fn loopback_meets_a_100_mbit_target_and_states_what_tcp_needs() {
     assert_eq!(diagnosis["verdict"], "healthy", "{diagnosis:#}");
     let target = &diagnosis["target"];
     assert_eq!(target["met"], true, "{target:#}");
+    assert_eq!(
+        (&target["app"], &target["target_rate_bps"]),
+        (&Value::from("ptaas-kinect"), &Value::from(100_000_000)),
+        "{target:#}"
+    );
     assert!(
         target["forward_bps"].as_f64().unwrap() > 100e6,
         "{target:#}"
@@ -148,4 +161,11 @@ fn bad_arguments_are_refused_with_what_and_where() {
     );
     let output = diagnose(&["no such host/x"]);
     assert_eq!(output.status.code(), Some(1));
+    let output = diagnose(&["127.0.0.1", "--app", "4k"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unknown application profile '4k' (known: youtube-360p,"),
+        "{stderr}"
+    );
 }

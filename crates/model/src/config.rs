@@ -20,9 +20,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::config_error::check_name;
 pub use crate::config_error::ConfigError;
 use crate::kinds::{self, KindRef, Spec};
 pub use crate::scheduling::SchedulingClass;
+use crate::sla::{validate_contract, Contract, ContractConfig};
 use crate::units::{parse_duration, parse_rate_bps};
 
 // ---------------------------------------------------------------------------
@@ -43,6 +45,9 @@ pub struct MeasurementConfig {
     pub archivers: Vec<ArchiverConfig>,
     #[serde(default)]
     pub segments: Vec<SegmentConfig>,
+    /// Service-level agreements judged on the results of some tasks.
+    #[serde(default)]
+    pub contracts: Vec<ContractConfig>,
 }
 
 /// How a group turns its members into agent pairs.
@@ -389,6 +394,7 @@ pub struct ValidatedConfig {
     pub tasks: Vec<Task>,
     pub archivers: Vec<Archiver>,
     pub segments: Vec<Segment>,
+    pub contracts: Vec<Contract>,
 }
 
 impl ValidatedConfig {
@@ -556,6 +562,11 @@ pub fn validate(config: &MeasurementConfig) -> Result<ValidatedConfig, Vec<Confi
         config.segments.iter().map(|s| &s.name),
         &mut errors,
     );
+    check_unique_names(
+        "contracts",
+        config.contracts.iter().map(|c| &c.name),
+        &mut errors,
+    );
 
     let context = TaskContext {
         group_names: config.groups.iter().map(|g| g.name.as_str()).collect(),
@@ -578,6 +589,29 @@ pub fn validate(config: &MeasurementConfig) -> Result<ValidatedConfig, Vec<Confi
         })
         .collect();
 
+    // What each task runs, for checking that a contract's clauses are measured.
+    let task_kinds: BTreeMap<&str, &str> = config
+        .tasks
+        .iter()
+        .filter_map(|task| {
+            let test = tests.iter().find(|test| test.name == task.test)?;
+            Some((task.name.as_str(), test.kind.as_str()))
+        })
+        .collect();
+    let contracts: Vec<Contract> = config
+        .contracts
+        .iter()
+        .enumerate()
+        .filter_map(|(index, contract)| {
+            validate_contract(
+                &format!("contracts[{index}]"),
+                contract,
+                &task_kinds,
+                &mut errors,
+            )
+        })
+        .collect();
+
     if errors.is_empty() {
         Ok(ValidatedConfig {
             groups,
@@ -585,6 +619,7 @@ pub fn validate(config: &MeasurementConfig) -> Result<ValidatedConfig, Vec<Confi
             tasks,
             archivers,
             segments,
+            contracts,
         })
     } else {
         Err(errors)
@@ -605,22 +640,6 @@ fn check_unique_names<'a>(
             ));
         }
     }
-}
-
-/// Names are used in run ids and URLs: keep them to a safe alphabet.
-fn check_name(path: &str, name: &str, errors: &mut Vec<ConfigError>) -> bool {
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if !valid {
-        errors.push(ConfigError::new(
-            format!("{path}.name"),
-            format!("invalid name '{name}': use 1-64 characters from a-z, A-Z, 0-9, '-', '_', '.'"),
-        ));
-    }
-    valid
 }
 
 fn parse_selectors(path: &str, texts: &[String], errors: &mut Vec<ConfigError>) -> Vec<Selector> {
@@ -1144,6 +1163,10 @@ type = "latency"
             ])
         );
         assert_eq!(validated.segments[0].capacity_bps, Some(10_000_000_000));
+        let contract = &validated.contracts[0];
+        assert_eq!(contract.tasks, ["home-downlink-capacity", "home-stamp"]);
+        assert_eq!(contract.limits[&crate::sla::Clause::Rate], 50e6);
+        assert_eq!(contract.limits[&crate::sla::Clause::Jitter], 5_000.0);
     }
 
     #[test]

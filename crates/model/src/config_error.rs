@@ -28,3 +28,19 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Names are used in run ids and URLs: keep them to a safe alphabet.
+pub(crate) fn check_name(path: &str, name: &str, errors: &mut Vec<ConfigError>) -> bool {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !valid {
+        errors.push(ConfigError::new(
+            format!("{path}.name"),
+            format!("invalid name '{name}': use 1-64 characters from a-z, A-Z, 0-9, '-', '_', '.'"),
+        ));
+    }
+    valid
+}

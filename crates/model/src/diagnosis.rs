@@ -74,6 +74,10 @@ pub struct DiagnoseRequest {
     pub target_rate_bps: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_rtt_us: Option<u64>,
+    /// An application profile naming the target (`youtube-1080p`, `ptaas-kinect`, …);
+    /// an explicit `target_rate_bps` / `target_rtt_us` overrides its figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
     /// Also measure segment by segment between the measurement points on the path.
     #[serde(default = "yes")]
     pub segments: bool,
@@ -168,6 +172,9 @@ pub struct TargetAssessment {
     pub destination: String,
     /// Measurement points the path crosses, source first.
     pub path: Vec<String>,
+    /// The application profile the target came from, when one was named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_rate_bps: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

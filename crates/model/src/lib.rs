@@ -12,6 +12,7 @@ pub mod health;
 pub mod kinds;
 pub mod latency;
 pub mod scheduling;
+pub mod sla;
 pub mod throughput;
 pub mod ticket;
 pub mod trace;

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use vantage_model::control::{AgentRegistration, AppMetric, ResultUpload, Role, RunOutcome};
+use vantage_model::sla::SlaVerdict;
 use vantage_model::ticket::TicketSigner;
 use vantage_scheduler::Claim;
 
@@ -286,6 +287,19 @@ pub struct RetentionReport {
     pub results: u64,
     pub runs: u64,
     pub app_metrics: u64,
+    pub sla_verdicts: u64,
+    pub diagnoses: u64,
+}
+
+/// Which SLA verdicts to read ([`Archive::sla_verdicts`]).
+#[derive(Debug, Clone, Default)]
+pub struct SlaFilter {
+    pub contract: Option<String>,
+    pub client: Option<String>,
+    pub server: Option<String>,
+    pub from_us: Option<i64>,
+    pub to_us: Option<i64>,
+    pub limit: i64,
 }
 
 #[derive(Clone)]
@@ -1354,6 +1368,61 @@ impl Archive {
             .transpose()
     }
 
+    /// Stores (or replaces) a contract's verdict on one run.
+    pub async fn add_sla_verdict(&self, verdict: &SlaVerdict) -> Result<(), ArchiveError> {
+        let document = serde_json::to_string(verdict).map_err(|source| ArchiveError::Json {
+            what: "SLA verdict",
+            source,
+        })?;
+        sqlx::query(
+            "INSERT INTO sla_verdicts (contract, run_id, client, server, time_us, pass, document) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (contract, run_id) DO UPDATE \
+             SET pass = excluded.pass, document = excluded.document",
+        )
+        .bind(&verdict.contract)
+        .bind(&verdict.run_id)
+        .bind(&verdict.client)
+        .bind(&verdict.server)
+        .bind(to_us(verdict.time))
+        .bind(i64::from(verdict.pass))
+        .bind(document)
+        .execute(&self.pool)
+        .await
+        .map_err(sql("storing an SLA verdict"))?;
+        Ok(())
+    }
+
+    /// SLA verdicts matching `filter`, newest first.
+    pub async fn sla_verdicts(&self, filter: &SlaFilter) -> Result<Vec<SlaVerdict>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT document FROM sla_verdicts \
+             WHERE ($1 = '' OR contract = $2) AND ($3 = '' OR client = $4) AND ($5 = '' OR server = $6) \
+             AND time_us >= $7 AND time_us < $8 ORDER BY time_us DESC LIMIT $9",
+        )
+        .bind(filter.contract.as_deref().unwrap_or(""))
+        .bind(filter.contract.as_deref().unwrap_or(""))
+        .bind(filter.client.as_deref().unwrap_or(""))
+        .bind(filter.client.as_deref().unwrap_or(""))
+        .bind(filter.server.as_deref().unwrap_or(""))
+        .bind(filter.server.as_deref().unwrap_or(""))
+        .bind(filter.from_us.unwrap_or(i64::MIN))
+        .bind(filter.to_us.unwrap_or(i64::MAX))
+        .bind(filter.limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading SLA verdicts"))?;
+        rows.iter()
+            .map(|row| {
+                serde_json::from_str(&row.get::<String, _>("document")).map_err(|source| {
+                    ArchiveError::Json {
+                        what: "SLA verdict",
+                        source,
+                    }
+                })
+            })
+            .collect()
+    }
+
     /// Stores a metric an analysis derived for a stored result (replacing an earlier
     /// value of the same name).
     pub async fn add_metric(
@@ -1509,7 +1578,8 @@ impl Archive {
 
     // ---- retention and leadership ---------------------------------------------
 
-    /// Deletes results, finished runs and app metrics older than `cutoff_us`.
+    /// Deletes results, finished runs, app metrics, SLA verdicts and diagnosis jobs
+    /// older than `cutoff_us`.
     pub async fn apply_retention(&self, cutoff_us: i64) -> Result<RetentionReport, ArchiveError> {
         let delete = |text: &'static str| {
             let pool = self.pool.clone();
@@ -1536,6 +1606,8 @@ impl Archive {
             )
             .await?,
             app_metrics: delete("DELETE FROM app_metrics WHERE time_us < $1").await?,
+            sla_verdicts: delete("DELETE FROM sla_verdicts WHERE time_us < $1").await?,
+            diagnoses: delete("DELETE FROM diagnoses WHERE created_us < $1").await?,
         })
     }
 

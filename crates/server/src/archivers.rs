@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -21,9 +21,10 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{watch, Notify};
-use vantage_model::config::{ArchiverTarget, ValidatedConfig};
+use vantage_model::config::ArchiverTarget;
 
 use crate::archive::{now_us, Archive, OutboxEntry};
+use crate::config_store::CachedConfig;
 use crate::ingest::{NewResult, ResultConsumer};
 
 /// HTTP deliveries in flight at once.
@@ -38,8 +39,6 @@ const GIVE_UP_AFTER: Duration = Duration::from_secs(24 * 3600);
 const BATCH: i64 = 256;
 /// The worker looks at the outbox at least this often (retries fall due).
 const IDLE_POLL: Duration = Duration::from_secs(1);
-/// How long the applied configuration is reused before it is read again.
-const CONFIG_REFRESH: Duration = Duration::from_secs(2);
 /// The name counts use when a delivery could not even be queued.
 const OUTBOX: &str = "(outbox)";
 
@@ -54,12 +53,6 @@ pub struct DeliveryCounts {
     pub given_up: u64,
 }
 
-#[derive(Default)]
-struct ConfigCache {
-    read_at: Option<Instant>,
-    config: Option<Arc<ValidatedConfig>>,
-}
-
 /// The queueing side (an ingest consumer) and the counts `/metrics` reports; the
 /// worker ([`run`]) shares it.
 #[derive(Clone)]
@@ -67,16 +60,16 @@ pub struct ArchiverQueue {
     archive: Archive,
     counts: Arc<Mutex<BTreeMap<String, DeliveryCounts>>>,
     queued: Arc<Notify>,
-    config: Arc<tokio::sync::Mutex<ConfigCache>>,
+    config: CachedConfig,
 }
 
 impl ArchiverQueue {
     pub fn new(archive: Archive) -> ArchiverQueue {
         ArchiverQueue {
+            config: CachedConfig::new(archive.clone()),
             archive,
             counts: Arc::default(),
             queued: Arc::default(),
-            config: Arc::default(),
         }
     }
 
@@ -93,22 +86,6 @@ impl ArchiverQueue {
                 .or_default(),
         );
     }
-
-    /// The applied configuration, read at most every [`CONFIG_REFRESH`].
-    async fn config(&self) -> Option<Arc<ValidatedConfig>> {
-        let mut cache = self.config.lock().await;
-        if cache
-            .read_at
-            .is_none_or(|read_at| read_at.elapsed() >= CONFIG_REFRESH)
-        {
-            match crate::config_store::current(&self.archive).await {
-                Ok(current) => cache.config = current.map(|(_, validated)| Arc::new(validated)),
-                Err(error) => tracing::warn!("archivers cannot read the configuration: {error}"),
-            }
-            cache.read_at = Some(Instant::now());
-        }
-        cache.config.clone()
-    }
 }
 
 /// Each newly stored result is queued for its task's file and HTTP archivers.
@@ -119,7 +96,7 @@ impl ResultConsumer for ArchiverQueue {
 
     fn consume<'a>(&'a self, result: &'a NewResult<'a>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let Some(config) = self.config().await else {
+            let Some(config) = self.config.get().await else {
                 return;
             };
             // On-demand runs and runs of tasks since removed have no archivers here;
@@ -192,7 +169,7 @@ pub async fn run(queue: ArchiverQueue, mut stopped: watch::Receiver<bool>) {
 /// File deliveries one at a time (a file's lines stay in result order), HTTP ones
 /// concurrently.
 async fn deliver_batch(queue: &ArchiverQueue, http: &reqwest::Client, due: Vec<OutboxEntry>) {
-    let config = queue.config().await;
+    let config = queue.config.get().await;
     let mut posts = Vec::new();
     for entry in due {
         let target = config.as_ref().and_then(|config| {

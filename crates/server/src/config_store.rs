@@ -1,5 +1,9 @@
 //! The applied measurement configuration: checked, stored as a new version, and
-//! read back validated by the planner, the archivers and on-demand requests.
+//! read back validated by the planner, the archivers, SLA verdicts and on-demand
+//! requests.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use vantage_model::config::{validate, MeasurementConfig, ValidatedConfig};
 
@@ -50,5 +54,47 @@ pub async fn current(archive: &Archive) -> Result<Option<(i64, ValidatedConfig)>
             );
             Ok(None)
         }
+    }
+}
+
+/// How long [`CachedConfig`] reuses the applied configuration before reading it again.
+const CONFIG_REFRESH: Duration = Duration::from_secs(2);
+
+/// The applied configuration as ingest consumers see it: read from the archive at
+/// most every [`CONFIG_REFRESH`], so a result burst does not read it per result.
+#[derive(Clone)]
+pub struct CachedConfig {
+    archive: Archive,
+    cache: Arc<tokio::sync::Mutex<ConfigCopy>>,
+}
+
+/// When the configuration was last read, and what it was.
+#[derive(Default)]
+struct ConfigCopy {
+    read_at: Option<Instant>,
+    config: Option<Arc<ValidatedConfig>>,
+}
+
+impl CachedConfig {
+    pub fn new(archive: Archive) -> CachedConfig {
+        CachedConfig {
+            archive,
+            cache: Arc::default(),
+        }
+    }
+
+    pub async fn get(&self) -> Option<Arc<ValidatedConfig>> {
+        let mut copy = self.cache.lock().await;
+        if copy
+            .read_at
+            .is_none_or(|read_at| read_at.elapsed() >= CONFIG_REFRESH)
+        {
+            match current(&self.archive).await {
+                Ok(current) => copy.config = current.map(|(_, validated)| Arc::new(validated)),
+                Err(error) => tracing::warn!("cannot read the applied configuration: {error}"),
+            }
+            copy.read_at = Some(Instant::now());
+        }
+        copy.config.clone()
     }
 }

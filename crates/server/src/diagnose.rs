@@ -81,6 +81,8 @@ pub enum DiagnoseRefusal {
     UnknownAgent { field: &'static str, name: String },
     #[error("fields 'source' and 'destination' name the same agent")]
     SamePair,
+    #[error("field 'app': {0}")]
+    UnknownApp(#[from] vantage_analysis::diagnosis::apps::UnknownApp),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
 }
@@ -88,8 +90,9 @@ pub enum DiagnoseRefusal {
 /// Checks the request, stores the job and starts it; returns the job as stored.
 pub async fn start(
     state: &Arc<ServerState>,
-    request: DiagnoseRequest,
+    mut request: DiagnoseRequest,
 ) -> Result<DiagnosisJob, DiagnoseRefusal> {
+    vantage_analysis::diagnosis::apps::apply(&mut request)?;
     if request.source == request.destination {
         return Err(DiagnoseRefusal::SamePair);
     }

@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::broadcast;
 use vantage_model::control::AppMetric;
+use vantage_model::sla::SlaVerdict;
 
 use crate::archive::{AgentRecord, StoredResult};
 use crate::ingest::{NewResult, ResultConsumer};
@@ -102,6 +103,8 @@ pub enum Event {
         /// The path's source and destination agents.
         agents: Vec<String>,
     },
+    /// An SLA contract's verdict on a stored result.
+    Sla(SlaVerdict),
 }
 
 /// An alert: raised by the control plane (missed runs, non-starts) or published by apps
@@ -127,6 +130,7 @@ impl Event {
             Event::AppMetric { .. } => "app_metric",
             Event::Alert(_) => "alert",
             Event::Diagnosis { .. } => "diagnosis",
+            Event::Sla(_) => "sla",
         }
     }
 
@@ -140,6 +144,7 @@ impl Event {
             Event::AppMetric { .. } => None,
             Event::Alert(alert) => Some(alert.agents.iter().map(String::as_str).collect()),
             Event::Diagnosis { agents, .. } => Some(agents.iter().map(String::as_str).collect()),
+            Event::Sla(verdict) => Some(vec![verdict.client.as_str(), verdict.server.as_str()]),
         }
     }
 
@@ -148,8 +153,8 @@ impl Event {
             Event::Result { agent_tags, .. } => agent_tags,
             Event::AppMetric { metric, .. } => &metric.tags,
             Event::Alert(alert) => &alert.tags,
-            // A diagnosis concerns agents, not tags: a tag filter leaves it out.
-            Event::Diagnosis { .. } => &NO_TAGS,
+            // A diagnosis or verdict concerns agents, not tags: a tag filter leaves it out.
+            Event::Diagnosis { .. } | Event::Sla(_) => &NO_TAGS,
         }
     }
 }
@@ -164,7 +169,7 @@ pub struct Subscription {
     pub tags: BTreeMap<String, String>,
 }
 
-pub const EVENT_KINDS: &[&str] = &["result", "app_metric", "alert", "diagnosis"];
+pub const EVENT_KINDS: &[&str] = &["result", "app_metric", "alert", "diagnosis", "sla"];
 
 impl Subscription {
     /// Parses `kinds=result,alert`, `agents=a,b`, `tags=site:x,session:42`.

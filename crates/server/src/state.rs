@@ -12,10 +12,12 @@ use vantage_analysis::health::MarkerSettings;
 
 use crate::archive::{now_us, Archive, ArchiveError, TokenGrant};
 use crate::archivers::ArchiverQueue;
+use crate::config_store::CachedConfig;
 use crate::events::{Event, EventBus};
 use crate::health::HealthMarkers;
 use crate::ingest::{IngestPipeline, ResultConsumer};
 use crate::path_changes::PathChanges;
+use crate::sla::SlaVerdicts;
 use crate::supervisor::TaskHealth;
 use crate::ticket_keys::{self, Keyring};
 
@@ -57,6 +59,11 @@ impl ServerState {
                 archive: archive.clone(),
                 events: Arc::clone(&events),
                 settings: MarkerSettings::default(),
+            }),
+            Box::new(SlaVerdicts {
+                archive: archive.clone(),
+                events: Arc::clone(&events),
+                config: CachedConfig::new(archive.clone()),
             }),
         ];
         let ticket_keys = RwLock::new((

@@ -356,6 +356,35 @@ async fn api_scenario(kind: Kind) {
         "{body}"
     );
 
+    // A diagnosis names its target by application profile, or is refused saying which.
+    let (status, body) = publisher
+        .post(
+            "/api/v1/diagnose",
+            json!({"source": "a", "destination": "b", "app": "4k"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("field 'app': unknown application profile '4k' (known: youtube-360p"),
+        "{body}"
+    );
+    let (status, body) = publisher
+        .post(
+            "/api/v1/diagnose",
+            json!({"source": "a", "destination": "nobody", "app": "youtube-1080p"}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            400,
+            Some("field 'destination': agent 'nobody' is not registered")
+        )
+    );
+
     // Unknown routes and methods answer JSON errors.
     let (status, body) = reader.get("/api/v1/nothing").await;
     assert_eq!(status, 404);

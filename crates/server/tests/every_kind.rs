@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{Kind, TestDb};
 use serde_json::json;
 use vantage_probe::endpoint::{Endpoint, EndpointConfig};
-use vantage_server::archive::{now_us, ResultFilter, RunState};
+use vantage_server::archive::{now_us, ResultFilter, RunState, SlaFilter};
 
 /// Stops agents and the reflector, and kills `iperf3 -s`, even when the test fails.
 struct Guard {
@@ -122,7 +122,9 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "trace-ext", "test": "route-icmp", "group": "to-host", "every": "1m", "offset": offset, "slip": "40s"},
             {"name": "health", "test": "bundle", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
             {"name": "diagnose", "test": "segment", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"}
-        ]
+        ],
+        // The scheduled capacity run is judged against a committed rate (Rufini et al.).
+        "contracts": [{"name": "downlink-sla", "tasks": ["cap"], "rate": "1M"}]
     });
     let (status, body) = admin.call("PUT", "/api/v1/config", Some(config)).await;
     assert_eq!(status, 200, "{body}");
@@ -264,6 +266,27 @@ async fn every_kind_scenario(kind: Kind) {
     assert!(metric("tput-agents-iperf3", "received_bps") > 1e6);
     assert!(metric("tput-ext-iperf3", "received_bps") > 1e6);
     assert!(metric("cap", "capacity_bps") > 1e6);
+    // Its verdict was stored when the result was: the rate clause with its margin.
+    let verdicts = server
+        .state
+        .archive
+        .sla_verdicts(&SlaFilter {
+            contract: Some("downlink-sla".into()),
+            limit: 10,
+            ..SlaFilter::default()
+        })
+        .await
+        .unwrap();
+    let verdict = verdicts
+        .iter()
+        .find(|verdict| verdict.run_id == by_task["cap"][0].id)
+        .unwrap_or_else(|| panic!("no verdict on the capacity run: {verdicts:#?}"));
+    let rate = &verdict.clauses[0];
+    assert_eq!(rate.measured, metric("cap", "capacity_bps"), "{verdict:#?}");
+    assert!(
+        (rate.margin - (rate.measured - 1e6) / 1e6).abs() < 1e-9 && rate.pass && verdict.pass,
+        "{verdict:#?}"
+    );
     assert!(metric("sandwich", "sandwich_lost_rounds") == 0.0);
     let raw = |task: &str| {
         let run = &by_task[task][0];

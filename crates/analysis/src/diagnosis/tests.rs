@@ -53,6 +53,7 @@ fn healthy_path() -> Observations {
             destination: "C".to_string(),
             target_rate_bps: None,
             target_rtt_us: None,
+            app: None,
             segments: true,
         },
         path: vec!["A".to_string(), "B".to_string(), "C".to_string()],

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -9,6 +10,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::Json;
+use futures_util::stream::BoxStream;
 use futures_util::Stream;
 use serde::Deserialize;
 use tokio_stream::wrappers::BroadcastStream;
@@ -16,8 +18,11 @@ use tokio_stream::StreamExt;
 use vantage_model::control::{AppMetric, Role};
 
 use super::common::{
-    parse_body, parse_query, parse_time, ApiError, ApiResult, AppState, Caller, MAX_BATCH,
+    parse_body, parse_duration_field, parse_query, parse_time, ApiError, ApiResult, AppState,
+    Caller, MAX_BATCH,
 };
+use super::correlate::SeriesParams;
+use crate::correlation;
 use crate::events::{Alert, Event, Subscription};
 
 #[derive(Deserialize)]
@@ -134,7 +139,17 @@ struct SubscribeQuery {
     kinds: Option<String>,
     agents: Option<String>,
     tags: Option<String>,
+    /// `APP_METRIC,METRIC`: also stream their correlation over the pair `client` →
+    /// `server` (the app metrics restricted by `tags`), recomputed as data arrives.
+    correlate: Option<String>,
+    /// The trailing window a streamed correlation covers (default 1h).
+    window: Option<String>,
+    #[serde(flatten)]
+    series: SeriesParams,
 }
+
+/// Default trailing window of a streamed correlation.
+const DEFAULT_STREAM_WINDOW_US: i64 = 3_600_000_000;
 
 pub(super) async fn subscribe(
     State(state): State<AppState>,
@@ -149,6 +164,7 @@ pub(super) async fn subscribe(
         query.tags.as_deref(),
     )
     .map_err(ApiError::bad_request)?;
+    let correlations = correlation_stream(&state, &query)?;
     let mut stopping = state.stopping.subscribe();
     let stream =
         BroadcastStream::new(state.events.subscribe()).filter_map(move |received| match received {
@@ -164,9 +180,69 @@ pub(super) async fn subscribe(
                 )))
             }
         });
+    let stream = futures_util::stream::select(stream, correlations);
     // End the stream when the server stops, so graceful shutdown does not wait on it.
     let stream = futures_util::StreamExt::take_until(stream, async move {
         let _ = stopping.wait_for(|stop| *stop).await;
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// The `correlation` events a subscription asked for with `correlate=`, or none.
+fn correlation_stream(
+    state: &AppState,
+    query: &SubscribeQuery,
+) -> ApiResult<BoxStream<'static, Result<SseEvent, Infallible>>> {
+    let Some(pair) = query.correlate.as_deref() else {
+        if query.window.is_some() {
+            return Err(ApiError::bad_request(
+                "query parameter 'window' applies only with 'correlate'",
+            ));
+        }
+        return Ok(Box::pin(futures_util::stream::empty()));
+    };
+    let Some((app_metric, metric)) = pair
+        .split_once(',')
+        .filter(|(app, metric)| !app.trim().is_empty() && !metric.trim().is_empty())
+    else {
+        return Err(ApiError::bad_request(format!(
+            "query parameter 'correlate': '{pair}' is not APP_METRIC,METRIC"
+        )));
+    };
+    let subscription =
+        Subscription::parse(None, None, query.tags.as_deref()).map_err(ApiError::bad_request)?;
+    let correlation_query = SeriesParams {
+        client: query.series.client.clone(),
+        server: query.series.server.clone(),
+        test: query.series.test.clone(),
+        bin: query.series.bin.clone(),
+        max_lag: query.series.max_lag.clone(),
+        min_pairs: query.series.min_pairs.clone(),
+    }
+    .query(app_metric.trim(), metric.trim(), subscription.tags)?;
+    let window_us = match query.window.as_deref() {
+        None => DEFAULT_STREAM_WINDOW_US,
+        Some(text) => i64::try_from(parse_duration_field("window", text)?.as_micros())
+            .ok()
+            .filter(|us| *us > 0)
+            .ok_or_else(|| ApiError::bad_request("query parameter 'window': must be positive"))?,
+    };
+    Ok(Box::pin(
+        correlation::watch(
+            state.archive.clone(),
+            Arc::clone(&state.events),
+            correlation_query,
+            window_us,
+        )
+        .map(|answer| {
+            Ok(match answer {
+                Ok(answer) => SseEvent::default()
+                    .event("correlation")
+                    .data(serde_json::to_string(&answer).expect("correlations serialise")),
+                Err(error) => SseEvent::default()
+                    .event("correlation_error")
+                    .data(serde_json::json!({ "error": error }).to_string()),
+            })
+        }),
+    ))
 }

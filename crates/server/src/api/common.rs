@@ -185,3 +185,12 @@ pub(super) fn parse_time(name: &str, text: Option<&str>) -> ApiResult<Option<i64
     })
     .transpose()
 }
+
+/// The applied configuration, validated; `None` before one is applied.
+pub(super) async fn current_config(
+    state: &AppState,
+) -> ApiResult<Option<vantage_model::config::ValidatedConfig>> {
+    Ok(crate::config_store::current(&state.archive)
+        .await?
+        .map(|(_, config)| config))
+}

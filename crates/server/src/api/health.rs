@@ -9,9 +9,9 @@ use vantage_analysis::health::Weights;
 use vantage_model::control::Role;
 
 use super::common::{
-    parse_duration_field, parse_query, parse_time, ApiError, ApiResult, AppState, Caller,
+    current_config, parse_duration_field, parse_query, parse_time, ApiError, ApiResult, AppState,
+    Caller,
 };
-use crate::config_store;
 use crate::health::{
     self, FitAnswer, HealthError, HealthQuery, MatrixAnswer, DEFAULT_MAX_AGE_US,
     DEFAULT_ROUND_SPAN_US,
@@ -113,14 +113,6 @@ fn positive_us(name: &str, text: &str) -> ApiResult<i64> {
                 "query parameter '{name}': must be positive and under 290 000 years"
             ))
         })
-}
-
-async fn current_config(
-    state: &AppState,
-) -> ApiResult<Option<vantage_model::config::ValidatedConfig>> {
-    Ok(config_store::current(&state.archive)
-        .await?
-        .map(|(_, config)| config))
 }
 
 pub(super) async fn matrix(

@@ -7,9 +7,11 @@ mod agents;
 mod app;
 mod common;
 mod config;
+mod correlate;
 mod diagnose;
 mod health;
 mod results;
+mod sla;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode, Uri};
@@ -52,6 +54,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/health/fit"),
     ("post", "/api/v1/diagnose"),
     ("get", "/api/v1/diagnose/{id}"),
+    ("get", "/api/v1/sla"),
+    ("get", "/api/v1/sla/verdicts"),
+    ("get", "/api/v1/correlate"),
 ];
 
 /// Liveness with the background tasks' states: 503 `degraded` while one is not running
@@ -123,6 +128,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/health/fit", get(health::fit))
         .route("/api/v1/diagnose", post(diagnose::start))
         .route("/api/v1/diagnose/{id}", get(diagnose::get))
+        .route("/api/v1/sla", get(sla::compliance))
+        .route("/api/v1/sla/verdicts", get(sla::verdicts))
+        .route("/api/v1/correlate", get(correlate::correlate))
         .fallback(|uri: Uri| async move {
             ApiError::new(
                 StatusCode::NOT_FOUND,
