@@ -112,7 +112,10 @@ pub(crate) async fn start_server(
         planner: PlannerOptions {
             tick: Duration::from_secs(1),
             horizon: Duration::from_secs(30),
-            miss_grace: Duration::from_secs(15),
+            // A diagnose bundle over an impaired lab path can run well past its estimate
+            // (each of its connections waits up to 5 s for a lost handshake or control
+            // message) and still report: only a run this late is missed.
+            miss_grace: Duration::from_secs(60),
             ..PlannerOptions::default()
         },
         http: vantage_server::http::HttpLimits::default(),
