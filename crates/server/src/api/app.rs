@@ -18,8 +18,8 @@ use tokio_stream::StreamExt;
 use vantage_model::control::{AppMetric, Role};
 
 use super::common::{
-    parse_body, parse_duration_field, parse_query, parse_time, ApiError, ApiResult, AppState,
-    Caller, MAX_BATCH,
+    parse_body, parse_query, parse_time, positive_us, ApiError, ApiResult, AppState, Caller,
+    MAX_BATCH,
 };
 use super::correlate::SeriesParams;
 use crate::correlation;
@@ -211,22 +211,16 @@ fn correlation_stream(
     };
     let subscription =
         Subscription::parse(None, None, query.tags.as_deref()).map_err(ApiError::bad_request)?;
-    let correlation_query = SeriesParams {
-        client: query.series.client.clone(),
-        server: query.series.server.clone(),
-        test: query.series.test.clone(),
-        bin: query.series.bin.clone(),
-        max_lag: query.series.max_lag.clone(),
-        min_pairs: query.series.min_pairs.clone(),
-    }
-    .query(app_metric.trim(), metric.trim(), subscription.tags)?;
-    let window_us = match query.window.as_deref() {
-        None => DEFAULT_STREAM_WINDOW_US,
-        Some(text) => i64::try_from(parse_duration_field("window", text)?.as_micros())
-            .ok()
-            .filter(|us| *us > 0)
-            .ok_or_else(|| ApiError::bad_request("query parameter 'window': must be positive"))?,
-    };
+    let correlation_query =
+        query
+            .series
+            .query(app_metric.trim(), metric.trim(), subscription.tags)?;
+    let window_us = query
+        .window
+        .as_deref()
+        .map_or(Ok(DEFAULT_STREAM_WINDOW_US), |text| {
+            positive_us("window", text)
+        })?;
     Ok(Box::pin(
         correlation::watch(
             state.archive.clone(),

@@ -194,3 +194,15 @@ pub(super) async fn current_config(
         .await?
         .map(|(_, config)| config))
 }
+
+/// A positive duration query parameter, in microseconds.
+pub(super) fn positive_us(name: &str, text: &str) -> ApiResult<i64> {
+    i64::try_from(parse_duration_field(name, text)?.as_micros())
+        .ok()
+        .filter(|us| *us > 0)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "query parameter '{name}': must be positive and under 290 000 years"
+            ))
+        })
+}

@@ -11,7 +11,8 @@ use vantage_analysis::correlation::CorrelationSettings;
 use vantage_model::control::Role;
 
 use super::common::{
-    parse_duration_field, parse_query, parse_time, ApiError, ApiResult, AppState, Caller,
+    parse_duration_field, parse_query, parse_time, positive_us, ApiError, ApiResult, AppState,
+    Caller,
 };
 use crate::archive::now_us;
 use crate::correlation::{
@@ -40,42 +41,43 @@ pub(super) struct SeriesParams {
 
 impl SeriesParams {
     pub(super) fn query(
-        self,
+        &self,
         app_metric: &str,
         metric: &str,
         app_tags: BTreeMap<String, String>,
     ) -> ApiResult<CorrelationQuery> {
-        let required = |name: &str, value: Option<String>| {
-            value.filter(|v| !v.is_empty()).ok_or_else(|| {
+        let required = |name: &str, value: &Option<String>| {
+            value.clone().filter(|v| !v.is_empty()).ok_or_else(|| {
                 ApiError::bad_request(format!(
                     "query parameter '{name}' (an agent name) is required to correlate"
                 ))
             })
         };
-        let micros = |name: &str, text: Option<&str>, default: i64| -> ApiResult<i64> {
-            text.map_or(Ok(default), |text| {
-                i64::try_from(parse_duration_field(name, text)?.as_micros())
-                    .map_err(|_| ApiError::bad_request(format!("field '{name}': too long")))
-            })
-        };
         let defaults = CorrelationSettings::default();
-        let bin_us = micros("bin", self.bin.as_deref(), defaults.bin_us)?;
-        if bin_us <= 0 {
-            return Err(ApiError::bad_request(
-                "query parameter 'bin': must be positive",
-            ));
-        }
+        let bin_us = self
+            .bin
+            .as_deref()
+            .map_or(Ok(defaults.bin_us), |text| positive_us("bin", text))?;
+        // No lag (0) is a valid window: only the coefficients at lag 0.
+        let max_lag_us = self
+            .max_lag
+            .as_deref()
+            .map_or(Ok(defaults.max_lag_us), |text| {
+                i64::try_from(parse_duration_field("max_lag", text)?.as_micros()).map_err(|_| {
+                    ApiError::bad_request("query parameter 'max_lag': must be under 290 000 years")
+                })
+            })?;
         Ok(CorrelationQuery {
             app_metric: app_metric.to_string(),
             app_tags,
-            client: required("client", self.client)?,
-            server: required("server", self.server)?,
-            test: self.test,
+            client: required("client", &self.client)?,
+            server: required("server", &self.server)?,
+            test: self.test.clone(),
             metric: metric.to_string(),
             settings: CorrelationSettings {
                 bin_us,
-                max_lag_us: micros("max_lag", self.max_lag.as_deref(), defaults.max_lag_us)?,
-                min_pairs: match self.min_pairs {
+                max_lag_us,
+                min_pairs: match &self.min_pairs {
                     None => defaults.min_pairs,
                     Some(text) => text.parse().map_err(|_| {
                         ApiError::bad_request(format!(

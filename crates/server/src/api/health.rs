@@ -9,8 +9,7 @@ use vantage_analysis::health::Weights;
 use vantage_model::control::Role;
 
 use super::common::{
-    current_config, parse_duration_field, parse_query, parse_time, ApiError, ApiResult, AppState,
-    Caller,
+    current_config, parse_query, parse_time, positive_us, ApiError, ApiResult, AppState, Caller,
 };
 use crate::health::{
     self, FitAnswer, HealthError, HealthQuery, MatrixAnswer, DEFAULT_MAX_AGE_US,
@@ -101,18 +100,6 @@ impl MatrixQuery {
             .as_deref()
             .map_or(Ok(DEFAULT_MAX_AGE_US), |text| positive_us("max_age", text))
     }
-}
-
-/// A positive duration query parameter, in microseconds.
-fn positive_us(name: &str, text: &str) -> ApiResult<i64> {
-    i64::try_from(parse_duration_field(name, text)?.as_micros())
-        .ok()
-        .filter(|us| *us > 0)
-        .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "query parameter '{name}': must be positive and under 290 000 years"
-            ))
-        })
 }
 
 pub(super) async fn matrix(
