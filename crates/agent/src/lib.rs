@@ -193,6 +193,7 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
         tags: options.tags.clone(),
         capabilities: execute::capabilities(),
         accepts_inbound: options.accepts_inbound,
+        version: Some(env!("CARGO_PKG_VERSION").to_string()),
     };
 
     let (stop, stopped) = watch::channel(false);

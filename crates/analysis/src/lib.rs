@@ -16,10 +16,13 @@
 //! - [`correlation`]: an app metric against a network metric of the same path,
 //!   Pearson and Spearman (1904) over binned series at each lag of a window, and
 //!   the best lag.
+//! - [`grid`]: a mesh grid cell's state from a pair's recent values, against
+//!   thresholds and the pair's own baseline, with MaDDash-style hysteresis.
 
 pub mod correlation;
 pub mod diagnosis;
 pub mod fit;
+pub mod grid;
 pub mod health;
 pub mod qoe;
 pub mod repeat;

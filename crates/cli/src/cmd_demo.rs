@@ -146,6 +146,14 @@ pub(crate) async fn apply_config(
     Ok(())
 }
 
+/// The dashboard's sign-in links (read-only, then admin) and the tokens themselves.
+pub(crate) fn print_sign_in(url: &str, admin_token: &str, reader_token: &str) {
+    println!("  dashboard     {url}/#token={reader_token}");
+    println!("  (as admin)    {url}/#token={admin_token}");
+    println!("  admin token   {admin_token}");
+    println!("  reader token  {reader_token}");
+}
+
 /// Waits for the end of the demo (its duration, Ctrl-C or SIGTERM), calling `summary`
 /// every `every`.
 pub(crate) async fn summaries_until_stopped<F: std::future::Future<Output = ()>>(
@@ -203,8 +211,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         "vantage demo: server on {url} (SQLite archive {database}), {} agents on 127.0.0.1",
         args.agents
     );
-    println!("  admin token   {}", server.admin_token);
-    println!("  reader token  {reader_token}");
+    print_sign_in(&url, &server.admin_token, &reader_token);
     println!("  API document  {url}/openapi.json");
     println!("  agents        curl -H 'Authorization: Bearer {reader_token}' {url}/api/v1/agents");
     println!("  results       curl -H 'Authorization: Bearer {reader_token}' '{url}/api/v1/results?test=latency&limit=5'");

@@ -215,8 +215,7 @@ async fn serve(
         points.len(),
         points.iter().map(|p| p.node.as_str()).collect::<Vec<_>>().join(", ")
     );
-    println!("  admin token   {}", server.admin_token);
-    println!("  reader token  {reader_token}");
+    crate::cmd_demo::print_sign_in(&url, &server.admin_token, &reader_token);
     println!("  health        vantage health matrix --server {url} --token {reader_token}");
     println!(
         "  select        vantage health select --server {url} --token {reader_token} --reference {} -k 3",

@@ -59,7 +59,13 @@ pub struct AgentRegistration {
     pub capabilities: Vec<String>,
     /// False behind NAT / firewalls: the agent is then only ever a client.
     pub accepts_inbound: bool,
+    /// The agent's vantage version (older agents do not send it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
+
+/// Longest agent version string the server stores.
+pub const MAX_VERSION_LEN: usize = 64;
 
 /// One run the server assigned to an agent (the agent is its client).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -289,6 +289,26 @@ pub struct RetentionReport {
     pub app_metrics: u64,
     pub sla_verdicts: u64,
     pub diagnoses: u64,
+    pub alerts: u64,
+}
+
+/// Which alerts to read ([`Archive::alerts`]).
+#[derive(Debug, Clone, Default)]
+pub struct AlertFilter {
+    /// Alerts naming this agent.
+    pub agent: Option<String>,
+    pub severity: Option<String>,
+    pub from_us: Option<i64>,
+    pub to_us: Option<i64>,
+    pub limit: i64,
+}
+
+/// A stored alert with its id.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredAlert {
+    pub id: String,
+    #[serde(flatten)]
+    pub alert: crate::events::Alert,
 }
 
 /// Which SLA verdicts to read ([`Archive::sla_verdicts`]).
@@ -615,8 +635,8 @@ impl Archive {
         let now = now_us();
         sqlx::query(
             "INSERT INTO agents (name, addresses, endpoint_port, tags, capabilities, accepts_inbound, \
-             registered_us, last_seen_us, iperf3_port) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (name) DO UPDATE SET addresses = excluded.addresses, \
+             registered_us, last_seen_us, iperf3_port, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT (name) DO UPDATE SET addresses = excluded.addresses, version = excluded.version, \
              endpoint_port = excluded.endpoint_port, iperf3_port = excluded.iperf3_port, tags = excluded.tags, \
              capabilities = excluded.capabilities, accepts_inbound = excluded.accepts_inbound, \
              last_seen_us = excluded.last_seen_us",
@@ -630,6 +650,7 @@ impl Archive {
         .bind(now)
         .bind(now)
         .bind(agent.iperf3_port.map(i64::from))
+        .bind(agent.version.as_deref())
         .execute(&self.pool)
         .await
         .map_err(sql("registering an agent"))?;
@@ -650,7 +671,7 @@ impl Archive {
     pub async fn agents(&self) -> Result<Vec<AgentRecord>, ArchiveError> {
         let rows = sqlx::query(
             "SELECT name, addresses, endpoint_port, iperf3_port, tags, capabilities, accepts_inbound, \
-             registered_us, last_seen_us FROM agents ORDER BY name",
+             registered_us, last_seen_us, version FROM agents ORDER BY name",
         )
         .fetch_all(&self.pool)
         .await
@@ -1291,6 +1312,39 @@ impl Archive {
             .collect())
     }
 
+    /// Every value of `metric` (of test kind `test` when given) that started at or
+    /// after `since_us`, as `(client, server, start_us, value)` ordered by pair and
+    /// time: one range scan of the covering index on result_metrics.
+    pub async fn metric_values_since(
+        &self,
+        metric: &str,
+        test: Option<&str>,
+        since_us: i64,
+    ) -> Result<Vec<(String, String, i64, f64)>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT client, server, start_us, value FROM result_metrics \
+             WHERE name = $1 AND start_us >= $2 AND ($3 IS NULL OR test = $3) \
+             ORDER BY client, server, start_us",
+        )
+        .bind(metric)
+        .bind(since_us)
+        .bind(test)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading a metric's recent values"))?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                (
+                    row.get("client"),
+                    row.get("server"),
+                    row.get("start_us"),
+                    row.get("value"),
+                )
+            })
+            .collect())
+    }
+
     /// The raw document of the newest completed result of (client, server, test)
     /// that started before `before_us`, with its run id.
     pub async fn previous_result(
@@ -1416,6 +1470,78 @@ impl Archive {
                 serde_json::from_str(&row.get::<String, _>("document")).map_err(|source| {
                     ArchiveError::Json {
                         what: "SLA verdict",
+                        source,
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Stores an alert; returns its id.
+    pub async fn add_alert(&self, alert: &crate::events::Alert) -> Result<String, ArchiveError> {
+        let id = crate::new_token()[..24].to_string();
+        let document = serde_json::to_string(alert).map_err(|source| ArchiveError::Json {
+            what: "alert",
+            source,
+        })?;
+        sqlx::query(
+            "INSERT INTO alerts (id, time_us, severity, agents, document) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&id)
+        .bind(to_us(alert.time))
+        .bind(&alert.severity)
+        .bind(format!(",{},", alert.agents.join(",")))
+        .bind(document)
+        .execute(&self.pool)
+        .await
+        .map_err(sql("storing an alert"))?;
+        Ok(id)
+    }
+
+    /// Alerts matching `filter`, newest first.
+    pub async fn alerts(&self, filter: &AlertFilter) -> Result<Vec<StoredAlert>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT id, document FROM alerts \
+             WHERE ($1 = '' OR agents LIKE $2) AND ($3 = '' OR severity = $4) \
+             AND time_us >= $5 AND time_us < $6 ORDER BY time_us DESC, id LIMIT $7",
+        )
+        .bind(filter.agent.as_deref().unwrap_or(""))
+        .bind(format!("%,{},%", filter.agent.as_deref().unwrap_or("")))
+        .bind(filter.severity.as_deref().unwrap_or(""))
+        .bind(filter.severity.as_deref().unwrap_or(""))
+        .bind(filter.from_us.unwrap_or(i64::MIN))
+        .bind(filter.to_us.unwrap_or(i64::MAX))
+        .bind(filter.limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading alerts"))?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredAlert {
+                    id: row.get("id"),
+                    alert: serde_json::from_str(&row.get::<String, _>("document")).map_err(
+                        |source| ArchiveError::Json {
+                            what: "alert",
+                            source,
+                        },
+                    )?,
+                })
+            })
+            .collect()
+    }
+
+    /// The newest diagnosis jobs, newest first.
+    pub async fn diagnoses(&self, limit: i64) -> Result<Vec<serde_json::Value>, ArchiveError> {
+        let rows = sqlx::query("SELECT document FROM diagnoses ORDER BY created_us DESC LIMIT $1")
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql("reading diagnosis jobs"))?;
+        rows.iter()
+            .map(|row| {
+                serde_json::from_str(&row.get::<String, _>("document")).map_err(|source| {
+                    ArchiveError::Json {
+                        what: "diagnosis job",
                         source,
                     }
                 })
@@ -1608,6 +1734,7 @@ impl Archive {
             app_metrics: delete("DELETE FROM app_metrics WHERE time_us < $1").await?,
             sla_verdicts: delete("DELETE FROM sla_verdicts WHERE time_us < $1").await?,
             diagnoses: delete("DELETE FROM diagnoses WHERE created_us < $1").await?,
+            alerts: delete("DELETE FROM alerts WHERE time_us < $1").await?,
         })
     }
 
@@ -1722,6 +1849,7 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, ArchiveError> {
             tags: decode(row, "agent tags", "tags")?,
             capabilities: decode(row, "agent capabilities", "capabilities")?,
             accepts_inbound: row.get::<i64, _>("accepts_inbound") != 0,
+            version: row.get("version"),
         },
         registered_at: from_us(row.get("registered_us")),
         last_seen_at: from_us(row.get("last_seen_us")),

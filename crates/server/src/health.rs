@@ -22,7 +22,7 @@ use vantage_model::health::HealthResult;
 use vantage_model::kinds::health::{KIND as HEALTH, THROUGHPUT_BPS};
 
 use crate::archive::{to_us, Archive, ArchiveError, ResultFilter, StoredResult};
-use crate::events::{Alert, Event, EventBus};
+use crate::events::{Alert, EventBus};
 use crate::ingest::{NewResult, ResultConsumer};
 
 /// The tag that groups hosts into zones in the matrix (the paper's availability zones).
@@ -109,24 +109,32 @@ impl HealthMarkers {
                 )
                 .await?;
             if verdict.fired {
-                self.events.publish(Event::Alert(Alert {
-                    severity: if verdict.kind == MarkerKind::Timeout {
-                        "critical".into()
-                    } else {
-                        "warning".into()
+                crate::alerts::raise(
+                    &self.archive,
+                    &self.events,
+                    Alert {
+                        severity: if verdict.kind == MarkerKind::Timeout {
+                            "critical".into()
+                        } else {
+                            "warning".into()
+                        },
+                        message: format!(
+                            "health marker {} fired for {} -> {} (run {}): {}",
+                            verdict.kind.name(),
+                            run.client,
+                            run.server,
+                            run.id,
+                            verdict.detail
+                        ),
+                        agents: vec![run.client.clone(), run.server.clone()],
+                        tags: BTreeMap::from([(
+                            "marker".to_string(),
+                            verdict.kind.name().to_string(),
+                        )]),
+                        time: result.upload.actual_end,
                     },
-                    message: format!(
-                        "health marker {} fired for {} -> {} (run {}): {}",
-                        verdict.kind.name(),
-                        run.client,
-                        run.server,
-                        run.id,
-                        verdict.detail
-                    ),
-                    agents: vec![run.client.clone(), run.server.clone()],
-                    tags: BTreeMap::from([("marker".to_string(), verdict.kind.name().to_string())]),
-                    time: result.upload.actual_end,
-                }));
+                )
+                .await?;
             }
         }
         Ok(())

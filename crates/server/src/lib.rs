@@ -1,6 +1,7 @@
 //! vantage control plane: archive (SQLite / PostgreSQL), REST API, scheduler loop,
 //! publish/subscribe. See docs/control-plane.md and docs/api.md.
 
+pub mod alerts;
 pub mod api;
 pub mod archive;
 pub mod archivers;
@@ -9,6 +10,7 @@ pub mod correlation;
 pub mod diagnose;
 pub mod dispatch;
 pub mod events;
+pub mod grid;
 pub mod health;
 pub mod http;
 pub mod ingest;

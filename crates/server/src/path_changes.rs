@@ -13,7 +13,7 @@ use vantage_model::kinds::trace::{KIND as TRACE, PATH_CHANGED};
 use vantage_model::trace::{compare_paths, PathComparison, TraceResult};
 
 use crate::archive::{to_us, Archive, ArchiveError};
-use crate::events::{Alert, Event, EventBus};
+use crate::events::{Alert, EventBus};
 use crate::ingest::{NewResult, ResultConsumer};
 
 pub struct PathChanges {
@@ -69,19 +69,27 @@ impl PathChanges {
             )
             .await?;
         if comparison.changed {
-            self.events.publish(Event::Alert(Alert {
-                severity: "warning".into(),
-                message: describe(
-                    &run.client,
-                    &run.server,
-                    &previous_run,
-                    &run.id,
-                    &comparison,
-                ),
-                agents: vec![run.client.clone(), run.server.clone()],
-                tags: Default::default(),
-                time: result.upload.actual_end,
-            }));
+            crate::alerts::raise(
+                &self.archive,
+                &self.events,
+                Alert {
+                    severity: "warning".into(),
+                    message: describe(
+                        &run.client,
+                        &run.server,
+                        &previous_run,
+                        &run.id,
+                        &comparison,
+                    ),
+                    agents: vec![run.client.clone(), run.server.clone()],
+                    tags: std::collections::BTreeMap::from([(
+                        "change".to_string(),
+                        "path".to_string(),
+                    )]),
+                    time: result.upload.actual_end,
+                },
+            )
+            .await?;
         }
         Ok(())
     }

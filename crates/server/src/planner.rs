@@ -24,7 +24,7 @@ use vantage_scheduler::{
 
 use crate::archive::{from_us, now_us, to_us, ArchiveError, RunRecord, RunState};
 use crate::config_store;
-use crate::events::{Alert, Event};
+use crate::events::Alert;
 use crate::state::ServerState;
 
 #[derive(Debug, Clone)]
@@ -95,20 +95,7 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
         .mark_missed(now_us() - micros(options.miss_grace))
         .await?
     {
-        state.publish(Event::Alert(Alert {
-            severity: "warning".into(),
-            message: format!(
-                "run {} ({} {} -> {}) missed: {}",
-                run.id,
-                run.test,
-                run.client,
-                run.server,
-                run.reason.unwrap_or_default()
-            ),
-            agents: vec![run.client, run.server],
-            tags: Default::default(),
-            time: chrono::Utc::now(),
-        }));
+        run_alert(state, &run, &run.test, "missed").await?;
     }
     let config = config_store::current(&state.archive).await?;
     let agents: Vec<AgentInfo> = archive
@@ -255,21 +242,31 @@ fn non_start_record(non_start: NonStart, test_type: &str) -> RunRecord {
     }
 }
 
-fn non_start_alert(state: &ServerState, record: &RunRecord) {
-    state.publish(Event::Alert(Alert {
+async fn non_start_alert(state: &ServerState, record: &RunRecord) -> Result<(), ArchiveError> {
+    run_alert(state, record, &record.test_name, "will not start").await
+}
+
+/// A warning that `run` (of test `test`) missed or will not start, with its reason.
+async fn run_alert(
+    state: &ServerState,
+    run: &RunRecord,
+    test: &str,
+    what: &str,
+) -> Result<(), ArchiveError> {
+    let alert = Alert {
         severity: "warning".into(),
         message: format!(
-            "run {} ({} {} -> {}) will not start: {}",
-            record.id,
-            record.test_name,
-            record.client,
-            record.server,
-            record.reason.as_deref().unwrap_or_default()
+            "run {} ({test} {} -> {}) {what}: {}",
+            run.id,
+            run.client,
+            run.server,
+            run.reason.as_deref().unwrap_or_default()
         ),
-        agents: vec![record.client.clone(), record.server.clone()],
+        agents: vec![run.client.clone(), run.server.clone()],
         tags: Default::default(),
         time: Utc::now(),
-    }));
+    };
+    crate::alerts::raise(&state.archive, &state.events, alert).await
 }
 
 /// Plans the configured tasks from where the last pass stopped up to `now + horizon`.
@@ -333,7 +330,7 @@ async fn plan_window(
     let stored = archive.insert_runs(&records).await?;
     archive.set_planner_mark(PLANNED_UNTIL, end_us).await?;
     for record in &non_starts {
-        non_start_alert(state, record);
+        non_start_alert(state, record).await?;
     }
     Ok(stored)
 }
@@ -482,7 +479,7 @@ async fn place_requests(
                                 .await?
                             {
                                 let cancelled = non_start_record(displaced, "unknown");
-                                non_start_alert(state, &cancelled);
+                                non_start_alert(state, &cancelled).await?;
                             }
                         }
                         planned_record(placement.run)
@@ -504,7 +501,7 @@ async fn place_requests(
             ),
         };
         if record.state == RunState::NonStart {
-            non_start_alert(state, &record);
+            non_start_alert(state, &record).await?;
         }
         stored += archive.insert_runs(std::slice::from_ref(&record)).await?;
         archive.close_request(&id).await?;

@@ -99,7 +99,11 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", options.listen))?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = watch::channel(false);
-    let app = http::bounded(router(state.clone()), options.http);
+    let mut app = router(state.clone());
+    if https {
+        app = app.layer(axum::Extension(crate::api::Https));
+    }
+    let app = http::bounded(app, options.http);
     let http = tokio::spawn(http::serve(
         listener,
         app,

@@ -105,8 +105,12 @@ impl SlaVerdicts {
                 .copied()
                 .filter(|clause| !clause.pass)
                 .collect();
-            self.events
-                .publish(Event::Alert(transition_alert(&verdict, &failing)));
+            crate::alerts::raise(
+                &self.archive,
+                &self.events,
+                transition_alert(&verdict, &failing),
+            )
+            .await?;
         }
         self.events.publish(Event::Sla(verdict));
         Ok(())

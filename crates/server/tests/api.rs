@@ -1195,6 +1195,7 @@ async fn runs_after_the_window_scenario(kind: Kind) {
                 tags: Default::default(),
                 capabilities: Vec::new(),
                 accepts_inbound: true,
+                version: None,
             })
             .await
             .unwrap();

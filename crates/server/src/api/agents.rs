@@ -8,7 +8,7 @@ use axum::http::{StatusCode, Uri};
 use axum::Json;
 use serde::Deserialize;
 use vantage_model::control::{
-    AgentRegistration, AssignedRuns, HeartbeatAck, RegistrationAck, Role,
+    AgentRegistration, AssignedRuns, HeartbeatAck, RegistrationAck, Role, MAX_VERSION_LEN,
 };
 
 use super::common::{parse_body, parse_query, ApiError, ApiResult, AppState, Caller};
@@ -33,6 +33,15 @@ pub(super) async fn register_agent(
     caller.require_agent(&registration.name)?;
     if registration.name.trim().is_empty() {
         return Err(ApiError::bad_request("field 'name': must not be empty"));
+    }
+    if registration
+        .version
+        .as_ref()
+        .is_some_and(|version| version.len() > MAX_VERSION_LEN)
+    {
+        return Err(ApiError::bad_request(format!(
+            "field 'version': at most {MAX_VERSION_LEN} bytes"
+        )));
     }
     if registration.addresses.is_empty() {
         return Err(ApiError::bad_request(

@@ -22,8 +22,12 @@ use super::common::{
     MAX_BATCH,
 };
 use super::correlate::SeriesParams;
+use crate::archive::AlertFilter;
 use crate::correlation;
 use crate::events::{Alert, Event, Subscription};
+
+/// An alert's severities, least first.
+const SEVERITIES: [&str; 3] = ["info", "warning", "critical"];
 
 #[derive(Deserialize)]
 struct AppMetricsBatch {
@@ -124,14 +128,63 @@ pub(super) async fn publish_alert(
 ) -> ApiResult<Json<serde_json::Value>> {
     caller.require(&[Role::Publisher])?;
     let alert: Alert = parse_body(&body)?;
-    if !["info", "warning", "critical"].contains(&alert.severity.as_str()) {
+    if !SEVERITIES.contains(&alert.severity.as_str()) {
         return Err(ApiError::bad_request(format!(
-            "field 'severity': '{}' is not one of info, warning, critical",
-            alert.severity
+            "field 'severity': '{}' is not one of {}",
+            alert.severity,
+            SEVERITIES.join(", ")
         )));
     }
-    state.publish(Event::Alert(alert));
+    crate::alerts::raise(&state.archive, &state.events, alert).await?;
     Ok(Json(serde_json::json!({ "published": true })))
+}
+
+/// Most alerts one `GET /api/v1/alerts` answer holds.
+const MAX_ALERTS: i64 = 10_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AlertsQuery {
+    agent: Option<String>,
+    severity: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/v1/alerts`: stored alerts, newest first.
+pub(super) async fn query_alerts(
+    State(state): State<AppState>,
+    caller: Caller,
+    uri: Uri,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Reader, Role::Publisher])?;
+    let query: AlertsQuery = parse_query(&uri)?;
+    let limit = query.limit.unwrap_or(1000);
+    if !(1..=MAX_ALERTS).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "query parameter 'limit': must be 1 to {MAX_ALERTS}"
+        )));
+    }
+    if let Some(severity) = query.severity.as_deref() {
+        if !SEVERITIES.contains(&severity) {
+            return Err(ApiError::bad_request(format!(
+                "query parameter 'severity': '{severity}' is not one of {}",
+                SEVERITIES.join(", ")
+            )));
+        }
+    }
+    let alerts = state
+        .archive
+        .alerts(&AlertFilter {
+            agent: query.agent,
+            severity: query.severity,
+            from_us: parse_time("from", query.from.as_deref())?,
+            to_us: parse_time("to", query.to.as_deref())?,
+            limit,
+        })
+        .await?;
+    Ok(Json(serde_json::json!({ "alerts": alerts })))
 }
 
 #[derive(Deserialize)]

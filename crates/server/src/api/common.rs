@@ -108,16 +108,66 @@ impl Caller {
     }
 }
 
+/// The caller a token names: unknown, revoked and expired tokens are refused. Also
+/// returns when the token expires.
+pub(super) async fn authenticate(
+    state: &AppState,
+    token: &str,
+) -> ApiResult<(Caller, Option<i64>)> {
+    let grant = state.authenticate(token).await?.ok_or_else(|| {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unknown or revoked bearer token")
+    })?;
+    if let Some(expires_us) = grant
+        .expires_us
+        .filter(|expires_us| now_us() >= *expires_us)
+    {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "token '{}' expired at {}; ask an admin for a new one",
+                grant.name,
+                from_us(expires_us).to_rfc3339()
+            ),
+        ));
+    }
+    Ok((
+        Caller {
+            name: grant.name,
+            role: grant.role,
+        },
+        grant.expires_us,
+    ))
+}
+
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
+    /// `Authorization: Bearer TOKEN`, or else the dashboard's session cookie.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Caller> {
-        let header = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "missing 'Authorization: Bearer TOKEN' header",
-            )
-        })?;
+        let Some(header) = parts.headers.get(header::AUTHORIZATION) else {
+            let token = super::dashboard::session_token(&parts.headers).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "missing 'Authorization: Bearer TOKEN' header (or a dashboard session: sign in at /)",
+                )
+            })?;
+            // SameSite=Strict keeps other sites' pages from sending the cookie; a
+            // header they cannot set without a preflight guards changes once more.
+            if !parts.method.is_safe()
+                && !parts
+                    .headers
+                    .contains_key(super::dashboard::DASHBOARD_HEADER)
+            {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "a change made with a dashboard session must carry the '{}' header",
+                        super::dashboard::DASHBOARD_HEADER
+                    ),
+                ));
+            }
+            return Ok(authenticate(state, &token).await?.0);
+        };
         let token = header
             .to_str()
             .ok()
@@ -129,26 +179,7 @@ impl FromRequestParts<AppState> for Caller {
                     "Authorization header is not 'Bearer TOKEN'",
                 )
             })?;
-        let grant = state.authenticate(token).await?.ok_or_else(|| {
-            ApiError::new(StatusCode::UNAUTHORIZED, "unknown or revoked bearer token")
-        })?;
-        if let Some(expires_us) = grant
-            .expires_us
-            .filter(|expires_us| now_us() >= *expires_us)
-        {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                format!(
-                    "token '{}' expired at {}; ask an admin for a new one",
-                    grant.name,
-                    from_us(expires_us).to_rfc3339()
-                ),
-            ));
-        }
-        Ok(Caller {
-            name: grant.name,
-            role: grant.role,
-        })
+        Ok(authenticate(state, token).await?.0)
     }
 }
 

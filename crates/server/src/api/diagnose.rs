@@ -45,3 +45,30 @@ pub(super) async fn get(
             )
         })
 }
+
+/// Most jobs one `GET /api/v1/diagnose` lists.
+const MAX_LISTED: i64 = 1000;
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    limit: Option<i64>,
+}
+
+/// `GET /api/v1/diagnose?limit=`: the newest jobs, newest first.
+pub(super) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    uri: axum::http::Uri,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(&[Role::Reader, Role::Publisher])?;
+    let query: ListQuery = super::common::parse_query(&uri)?;
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=MAX_LISTED).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "query parameter 'limit': must be 1 to {MAX_LISTED}"
+        )));
+    }
+    let jobs = state.archive.diagnoses(limit).await?;
+    Ok(Json(serde_json::json!({ "jobs": jobs })))
+}

@@ -1,6 +1,7 @@
-//! REST + JSON API (docs/api.md). Every error is `{"error": "..."}` with a status
-//! that says whose fault it was; every route but `/healthz` and `/openapi.json`
-//! needs a bearer token whose role allows it.
+//! REST + JSON API (docs/api.md) and the dashboard that uses it. Every error is
+//! `{"error": "..."}` with a status that says whose fault it was; every route but
+//! `/healthz`, `/openapi.json`, the dashboard's page and assets and its sign-in
+//! needs a bearer token (or a dashboard session) whose role allows it.
 
 mod admin;
 mod agents;
@@ -8,7 +9,9 @@ mod app;
 mod common;
 mod config;
 mod correlate;
+mod dashboard;
 mod diagnose;
+mod grid;
 mod health;
 mod results;
 mod sla;
@@ -21,9 +24,12 @@ use axum::{Json, Router};
 use crate::openapi;
 use common::AppState;
 pub use common::{ApiError, Caller};
+pub use dashboard::Https;
 
 /// Every route as (method, path); `/openapi.json` documents exactly these (tested).
 pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/"),
+    ("get", "/assets/{file}"),
     ("get", "/healthz"),
     ("get", "/openapi.json"),
     ("get", "/metrics"),
@@ -47,16 +53,22 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/app-metrics"),
     ("post", "/api/v1/app-metrics"),
     ("post", "/api/v1/alerts"),
+    ("get", "/api/v1/alerts"),
     ("get", "/api/v1/subscribe"),
     ("post", "/api/v1/retention"),
     ("get", "/api/v1/health/matrix"),
     ("get", "/api/v1/health/select"),
     ("get", "/api/v1/health/fit"),
     ("post", "/api/v1/diagnose"),
+    ("get", "/api/v1/diagnose"),
     ("get", "/api/v1/diagnose/{id}"),
     ("get", "/api/v1/sla"),
     ("get", "/api/v1/sla/verdicts"),
     ("get", "/api/v1/correlate"),
+    ("post", "/api/v1/session"),
+    ("get", "/api/v1/session"),
+    ("delete", "/api/v1/session"),
+    ("get", "/api/v1/grid"),
 ];
 
 /// Liveness with the background tasks' states: 503 `degraded` while one is not running
@@ -78,6 +90,8 @@ async fn healthz(State(state): State<AppState>) -> (StatusCode, Json<serde_json:
 
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/", get(dashboard::index))
+        .route("/assets/{file}", get(dashboard::asset))
         .route("/healthz", get(healthz))
         .route(
             "/openapi.json",
@@ -120,17 +134,30 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/app-metrics",
             get(app::query_app_metrics).post(app::publish_app_metrics),
         )
-        .route("/api/v1/alerts", post(app::publish_alert))
+        .route(
+            "/api/v1/alerts",
+            post(app::publish_alert).get(app::query_alerts),
+        )
         .route("/api/v1/subscribe", get(app::subscribe))
         .route("/api/v1/retention", post(admin::retention))
         .route("/api/v1/health/matrix", get(health::matrix))
         .route("/api/v1/health/select", get(health::select))
         .route("/api/v1/health/fit", get(health::fit))
-        .route("/api/v1/diagnose", post(diagnose::start))
+        .route(
+            "/api/v1/diagnose",
+            post(diagnose::start).get(diagnose::list),
+        )
         .route("/api/v1/diagnose/{id}", get(diagnose::get))
         .route("/api/v1/sla", get(sla::compliance))
         .route("/api/v1/sla/verdicts", get(sla::verdicts))
         .route("/api/v1/correlate", get(correlate::correlate))
+        .route(
+            "/api/v1/session",
+            post(dashboard::sign_in)
+                .get(dashboard::whoami)
+                .delete(dashboard::sign_out),
+        )
+        .route("/api/v1/grid", get(grid::grid))
         .fallback(|uri: Uri| async move {
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -1,0 +1,123 @@
+//! The dashboard's mesh grid: every measured ordered pair's state for one metric
+//! (`vantage_analysis::grid`: thresholds, the pair's baseline, hysteresis), with the
+//! agents it spans. Cells are columns of one array each, indexed by agent, so 90 000
+//! pairs stay a few megabytes of JSON.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use vantage_analysis::grid::{is_stale, MetricScale};
+
+use crate::archive::{from_us, now_us, Archive, ArchiveError};
+
+/// Which grid to compute.
+#[derive(Debug, Clone)]
+pub struct GridQuery {
+    pub scale: MetricScale,
+    /// Only results of this test kind.
+    pub test: Option<String>,
+    /// How far back values are read (the baseline is their median).
+    pub window_us: i64,
+    /// Consecutive results that must agree before a cell changes state.
+    pub hysteresis: usize,
+}
+
+/// The grid as the API answers it.
+#[derive(Debug, Serialize)]
+pub struct GridAnswer {
+    pub computed_at: chrono::DateTime<chrono::Utc>,
+    pub metric: &'static str,
+    pub scale: MetricScale,
+    pub hysteresis: usize,
+    pub window_s: f64,
+    /// Registered agents and any other name a pair in the window has, sorted.
+    pub agents: Vec<GridAgent>,
+    pub cells: Cells,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GridAgent {
+    pub name: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// One entry per measured pair in each column; `client`/`server` index `agents`.
+#[derive(Debug, Default, Serialize)]
+pub struct Cells {
+    pub client: Vec<usize>,
+    pub server: Vec<usize>,
+    pub value: Vec<f64>,
+    pub baseline: Vec<Option<f64>>,
+    /// `ok`, `warning` or `critical`, after hysteresis.
+    pub state: Vec<&'static str>,
+    /// What the newest value alone says.
+    pub latest_state: Vec<&'static str>,
+    /// Seconds since the newest result started.
+    pub age_s: Vec<f64>,
+    /// The newest result is overdue: it is older than three of the pair's usual
+    /// spacings (or than the window, with a single result).
+    pub stale: Vec<bool>,
+    /// Values in the window.
+    pub results: Vec<usize>,
+}
+
+pub async fn grid(archive: &Archive, query: &GridQuery) -> Result<GridAnswer, ArchiveError> {
+    let now = now_us();
+    let values = archive
+        .metric_values_since(
+            query.scale.metric,
+            query.test.as_deref(),
+            now - query.window_us,
+        )
+        .await?;
+    let mut agents: BTreeMap<String, BTreeMap<String, String>> = archive
+        .agents()
+        .await?
+        .into_iter()
+        .map(|agent| (agent.registration.name, agent.registration.tags))
+        .collect();
+    let mut pairs: BTreeMap<(String, String), Vec<(i64, f64)>> = BTreeMap::new();
+    for (client, server, start_us, value) in values {
+        agents.entry(client.clone()).or_default();
+        agents.entry(server.clone()).or_default();
+        pairs
+            .entry((client, server))
+            .or_default()
+            .push((start_us, value));
+    }
+    let index: BTreeMap<&str, usize> = agents
+        .keys()
+        .enumerate()
+        .map(|(position, name)| (name.as_str(), position))
+        .collect();
+    let mut cells = Cells::default();
+    for ((client, server), values) in &pairs {
+        let Some(cell) = query.scale.judge(values, query.hysteresis) else {
+            continue;
+        };
+        let newest_us = values.last().map_or(now, |&(start_us, _)| start_us);
+        cells.client.push(index[client.as_str()]);
+        cells.server.push(index[server.as_str()]);
+        cells.value.push(cell.value);
+        cells.baseline.push(cell.baseline);
+        cells.state.push(cell.state.as_str());
+        cells.latest_state.push(cell.latest_state.as_str());
+        cells.age_s.push((now - newest_us) as f64 / 1e6);
+        cells
+            .stale
+            .push(is_stale(newest_us, cell.spacing_us, now, query.window_us));
+        cells.results.push(values.len());
+    }
+    Ok(GridAnswer {
+        computed_at: from_us(now),
+        metric: query.scale.metric,
+        scale: query.scale,
+        hysteresis: query.hysteresis,
+        window_s: query.window_us as f64 / 1e6,
+        agents: agents
+            .into_iter()
+            .map(|(name, tags)| GridAgent { name, tags })
+            .collect(),
+        cells,
+    })
+}
