@@ -478,10 +478,11 @@ struct FrameRates {
 /// segments, a host that spends CPU per packet far fewer, and a path that is not the
 /// limit more than TCP got — when the datagrams were offered faster than TCP went.
 fn frame_rates(leg: &Leg<'_>) -> Option<FrameRates> {
-    let tcp_bps = leg.tcp_bps()?;
+    // A transfer that carried nothing gives no rate to compare the datagrams with.
+    let tcp_bps = leg.tcp_bps().filter(|bps| *bps > 0.0)?;
     let mtu = f64::from(leg.path_mtu().unwrap_or(ETHERNET_MTU_BYTES));
     let udp = leg.checks.small_udp.as_ref()?;
-    let payload = f64::from(udp.spec.packet_size_bytes?);
+    let payload = f64::from(udp.spec.packet_size_bytes.filter(|bytes| *bytes > 0)?);
     let udp_frame =
         |bps: f64| bps * (payload + UDP_OVERHEAD_BYTES + ETHERNET_HEADER_BYTES) / payload;
     Some(FrameRates {
@@ -802,7 +803,11 @@ fn confidence(evidence: &[Evidence]) -> f64 {
 /// One suspect per cause and segment: both directions merge into `both`.
 fn merge(candidates: Vec<Candidate>) -> Vec<Suspect> {
     let mut merged: BTreeMap<(Cause, String), Candidate> = BTreeMap::new();
-    for candidate in candidates {
+    for mut candidate in candidates {
+        // A ratio over nothing is no measurement (JSON would carry it as null).
+        candidate
+            .evidence
+            .retain(|evidence| evidence.value.is_finite());
         match merged.get_mut(&(candidate.cause, candidate.segment.clone())) {
             Some(existing) => {
                 if existing.direction != candidate.direction {

@@ -441,3 +441,35 @@ fn a_destination_that_answers_nothing_is_unreachable() {
     result.reverse.tcp = None;
     assert_eq!(diagnose(&observations).verdict, Verdict::Unreachable);
 }
+
+#[test]
+fn a_transfer_that_carried_nothing_gives_no_ratio_and_the_diagnosis_stays_json() {
+    let mut observations = healthy_path();
+    let result = seg(&mut observations, "A", "B");
+    for checks in [&mut result.forward, &mut result.reverse] {
+        // A segment so impaired that TCP delivered nothing while datagrams crossed.
+        tcp(checks).summary.received_bps = 0.0;
+        let udp = &mut checks.small_udp.as_mut().unwrap().summary;
+        udp.sent_bps = 60e6;
+        udp.received_bps = 1e6;
+    }
+    let diagnosis = diagnose(&observations);
+    let evidence: Vec<&Evidence> = diagnosis
+        .suspects
+        .iter()
+        .flat_map(|s| &s.evidence)
+        .collect();
+    assert!(!evidence.is_empty(), "{diagnosis:#?}");
+    assert!(
+        evidence.iter().all(|e| e.value.is_finite()),
+        "{diagnosis:#?}"
+    );
+    assert!(
+        evidence.iter().all(|e| e.metric != "frame_rate_share"),
+        "{diagnosis:#?}"
+    );
+    // What the server stores, the client reads back.
+    let stored = serde_json::to_string(&diagnosis).unwrap();
+    let read: Diagnosis = serde_json::from_str(&stored).unwrap();
+    assert_eq!(read.suspects.len(), diagnosis.suspects.len());
+}
