@@ -1466,14 +1466,7 @@ impl Archive {
         .await
         .map_err(sql("reading SLA verdicts"))?;
         rows.iter()
-            .map(|row| {
-                serde_json::from_str(&row.get::<String, _>("document")).map_err(|source| {
-                    ArchiveError::Json {
-                        what: "SLA verdict",
-                        source,
-                    }
-                })
-            })
+            .map(|row| decode(row, "SLA verdict", "document"))
             .collect()
     }
 
@@ -1502,11 +1495,14 @@ impl Archive {
     pub async fn alerts(&self, filter: &AlertFilter) -> Result<Vec<StoredAlert>, ArchiveError> {
         let rows = sqlx::query(
             "SELECT id, document FROM alerts \
-             WHERE ($1 = '' OR agents LIKE $2) AND ($3 = '' OR severity = $4) \
+             WHERE ($1 = '' OR agents LIKE $2 ESCAPE '\\') AND ($3 = '' OR severity = $4) \
              AND time_us >= $5 AND time_us < $6 ORDER BY time_us DESC, id LIMIT $7",
         )
         .bind(filter.agent.as_deref().unwrap_or(""))
-        .bind(format!("%,{},%", filter.agent.as_deref().unwrap_or("")))
+        .bind(format!(
+            "%,{},%",
+            like_literal(filter.agent.as_deref().unwrap_or(""))
+        ))
         .bind(filter.severity.as_deref().unwrap_or(""))
         .bind(filter.severity.as_deref().unwrap_or(""))
         .bind(filter.from_us.unwrap_or(i64::MIN))
@@ -1519,12 +1515,7 @@ impl Archive {
             .map(|row| {
                 Ok(StoredAlert {
                     id: row.get("id"),
-                    alert: serde_json::from_str(&row.get::<String, _>("document")).map_err(
-                        |source| ArchiveError::Json {
-                            what: "alert",
-                            source,
-                        },
-                    )?,
+                    alert: decode(row, "alert", "document")?,
                 })
             })
             .collect()
@@ -1538,14 +1529,7 @@ impl Archive {
             .await
             .map_err(sql("reading diagnosis jobs"))?;
         rows.iter()
-            .map(|row| {
-                serde_json::from_str(&row.get::<String, _>("document")).map_err(|source| {
-                    ArchiveError::Json {
-                        what: "diagnosis job",
-                        source,
-                    }
-                })
-            })
+            .map(|row| decode(row, "diagnosis job", "document"))
             .collect()
     }
 
@@ -1672,13 +1656,7 @@ impl Archive {
         .map_err(sql("querying app metrics"))?;
         let mut selected = Vec::new();
         for row in &rows {
-            let metric_tags: BTreeMap<String, String> =
-                serde_json::from_str(&row.get::<String, _>("tags")).map_err(|source| {
-                    ArchiveError::Json {
-                        what: "app metric tags",
-                        source,
-                    }
-                })?;
+            let metric_tags: BTreeMap<String, String> = decode(row, "app metric tags", "tags")?;
             if !tags
                 .iter()
                 .all(|(key, value)| metric_tags.get(key) == Some(value))
@@ -1814,12 +1792,7 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, ArchiveError> {
         exclusive: row.get::<i64, _>("exclusive") != 0,
         reverse: row.get::<i64, _>("reverse") != 0,
         priority: row.get("priority"),
-        claims: serde_json::from_str(&row.get::<String, _>("claims")).map_err(|source| {
-            ArchiveError::Json {
-                what: "run claims",
-                source,
-            }
-        })?,
+        claims: decode(row, "run claims", "claims")?,
         planned_start_us: row.get("planned_start_us"),
         planned_end_us: row.get("planned_end_us"),
         actual_start_us: row.get("actual_start_us"),
@@ -1829,15 +1802,25 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, ArchiveError> {
     })
 }
 
+/// `text` matched literally by LIKE … ESCAPE '\': an agent named `lab_1` must not
+/// match `lab-1`.
+fn like_literal(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
+/// A JSON text column of `row` as `T`; `what` names it in the error.
+fn decode<T: serde::de::DeserializeOwned>(
+    row: &AnyRow,
+    what: &'static str,
+    column: &str,
+) -> Result<T, ArchiveError> {
+    serde_json::from_str(&row.get::<String, _>(column))
+        .map_err(|source| ArchiveError::Json { what, source })
+}
+
 fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, ArchiveError> {
-    fn decode<T: serde::de::DeserializeOwned>(
-        row: &AnyRow,
-        what: &'static str,
-        column: &str,
-    ) -> Result<T, ArchiveError> {
-        serde_json::from_str(&row.get::<String, _>(column))
-            .map_err(|source| ArchiveError::Json { what, source })
-    }
     Ok(AgentRecord {
         registration: AgentRegistration {
             name: row.get("name"),

@@ -365,6 +365,9 @@ async fn alerts_scenario(kind: Kind) {
         .is_some_and(|id| !id.is_empty()));
     let (_, body) = reader.get("/api/v1/alerts?agent=a").await;
     assert_eq!(body["alerts"].as_array().unwrap().len(), 1, "{body}");
+    // LIKE's wildcards in a name are literal: "_" is not any one character.
+    let (_, body) = reader.get("/api/v1/alerts?agent=_b").await;
+    assert_eq!(body["alerts"], json!([]), "{body}");
     let (_, body) = reader.get("/api/v1/alerts?agent=b&severity=critical").await;
     assert_eq!(body["alerts"][0]["message"], "b-c critical");
     let (_, body) = reader.get("/api/v1/alerts?limit=1").await;

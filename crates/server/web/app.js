@@ -677,34 +677,47 @@ const CHARTS = [
 const RANGES = { '15m': 900, '1h': 3600, '6h': 6 * 3600, '24h': 86400, '7d': 7 * 86400 };
 
 // One SVG chart of both directions' buckets; dragging across it selects a range.
-function chart(metric, title, series, from, to, select) {
+// An SVG plot with linear axes, x over [xFrom, xTo] and y over [0, yTop]: five
+// labelled horizontal grid lines and five labels along x. Returns the node, the
+// scales and the geometry the caller draws in.
+function plotFrame(label, { xFrom, xTo, yTop, xLabel, yLabel }) {
   const width = 640;
   const height = 180;
   const pad = { left: 64, right: 8, top: 8, bottom: 22 };
-  const node = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': title });
+  const node = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': label });
+  const x = (value) => pad.left + ((value - xFrom) / (xTo - xFrom)) * (width - pad.left - pad.right);
+  const y = (value) => height - pad.bottom - (value / yTop) * (height - pad.top - pad.bottom);
+  for (let i = 0; i <= 4; i++) {
+    const value = (yTop * i) / 4;
+    node.append(svg('line', { class: 'grid-line', x1: pad.left, x2: width - pad.right, y1: y(value), y2: y(value) }));
+    const text = svg('text', { class: 'axis', x: pad.left - 4, y: y(value) + 4, 'text-anchor': 'end' });
+    text.textContent = yLabel(value);
+    node.append(text);
+  }
+  for (let i = 0; i <= 4; i++) {
+    const value = xFrom + ((xTo - xFrom) * i) / 4;
+    const text = svg('text', { class: 'axis', x: x(value), y: height - 6, 'text-anchor': i === 0 ? 'start' : i === 4 ? 'end' : 'middle' });
+    text.textContent = xLabel(value);
+    node.append(text);
+  }
+  return { node, x, y, width, height, pad };
+}
+
+function chart(metric, title, series, from, to, select) {
   const all = series.flatMap(({ buckets }) => buckets.flatMap((bucket) => [bucket.min, bucket.max]));
   const box = el('div', { class: 'chart', 'data-metric': metric }, el('h3', {}, title));
   if (all.length === 0) {
     box.append(el('p', { class: 'muted' }, 'No results in this range.'));
     return box;
   }
-  let top = Math.max(...all);
-  top = top > 0 ? top * 1.1 : 1;
-  const x = (t) => pad.left + ((t - from) / (to - from)) * (width - pad.left - pad.right);
-  const y = (v) => height - pad.bottom - (v / top) * (height - pad.top - pad.bottom);
-  for (let i = 0; i <= 4; i++) {
-    const value = (top * i) / 4;
-    node.append(svg('line', { class: 'grid-line', x1: pad.left, x2: width - pad.right, y1: y(value), y2: y(value) }));
-    const label = svg('text', { class: 'axis', x: pad.left - 4, y: y(value) + 4, 'text-anchor': 'end' });
-    label.textContent = format(metric, value);
-    node.append(label);
-  }
-  for (let i = 0; i <= 4; i++) {
-    const t = from + ((to - from) * i) / 4;
-    const label = svg('text', { class: 'axis', x: x(t), y: height - 6, 'text-anchor': i === 0 ? 'start' : i === 4 ? 'end' : 'middle' });
-    label.textContent = new Date(t).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
-    node.append(label);
-  }
+  const top = Math.max(...all);
+  const { node, x, y, width, height, pad } = plotFrame(title, {
+    xFrom: from,
+    xTo: to,
+    yTop: top > 0 ? top * 1.1 : 1,
+    xLabel: (t) => new Date(t).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }),
+    yLabel: (value) => format(metric, value),
+  });
   for (const { direction, buckets } of series) {
     if (buckets.length === 0) continue;
     const points = buckets.map((bucket) => ({ t: Date.parse(bucket.start_time), ...bucket }));
@@ -809,24 +822,13 @@ function streamEcdf(results) {
     box.append(el('p', { class: 'muted' }, 'No throughput run in this range.'));
     return box;
   }
-  const width = 640;
-  const height = 180;
-  const pad = { left: 64, right: 8, top: 8, bottom: 22 };
-  const top = values[values.length - 1] * 1.05 || 1;
-  const x = (v) => pad.left + (v / top) * (width - pad.left - pad.right);
-  const y = (p) => height - pad.bottom - p * (height - pad.top - pad.bottom);
-  const node = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': `ECDF of ${values.length} per-stream bandwidths, median ${format('x_bps', values[Math.floor(values.length / 2)])}` });
-  for (const p of [0, 0.25, 0.5, 0.75, 1]) {
-    node.append(svg('line', { class: 'grid-line', x1: pad.left, x2: width - pad.right, y1: y(p), y2: y(p) }));
-    const label = svg('text', { class: 'axis', x: pad.left - 4, y: y(p) + 4, 'text-anchor': 'end' });
-    label.textContent = p.toFixed(2);
-    node.append(label);
-  }
-  for (let i = 0; i <= 4; i++) {
-    const label = svg('text', { class: 'axis', x: x((top * i) / 4), y: height - 6, 'text-anchor': i === 0 ? 'start' : i === 4 ? 'end' : 'middle' });
-    label.textContent = format('x_bps', (top * i) / 4);
-    node.append(label);
-  }
+  const { node, x, y } = plotFrame(`ECDF of ${values.length} per-stream bandwidths, median ${format('x_bps', values[Math.floor(values.length / 2)])}`, {
+    xFrom: 0,
+    xTo: values[values.length - 1] * 1.05 || 1,
+    yTop: 1,
+    xLabel: (bps) => format('x_bps', bps),
+    yLabel: (share) => share.toFixed(2),
+  });
   const steps = values.map((value, index) => `${x(value)},${y(index / values.length)} ${x(value)},${y((index + 1) / values.length)}`);
   node.append(svg('polyline', { class: 'line-forward', points: steps.join(' ') }));
   box.append(node);

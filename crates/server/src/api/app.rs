@@ -18,8 +18,8 @@ use tokio_stream::StreamExt;
 use vantage_model::control::{AppMetric, Role};
 
 use super::common::{
-    parse_body, parse_query, parse_time, positive_us, ApiError, ApiResult, AppState, Caller,
-    MAX_BATCH,
+    limit_param, parse_body, parse_query, parse_time, positive_us, ApiError, ApiResult, AppState,
+    Caller, MAX_BATCH,
 };
 use super::correlate::SeriesParams;
 use crate::archive::AlertFilter;
@@ -160,12 +160,7 @@ pub(super) async fn query_alerts(
 ) -> ApiResult<Json<serde_json::Value>> {
     caller.require(&[Role::Reader, Role::Publisher])?;
     let query: AlertsQuery = parse_query(&uri)?;
-    let limit = query.limit.unwrap_or(1000);
-    if !(1..=MAX_ALERTS).contains(&limit) {
-        return Err(ApiError::bad_request(format!(
-            "query parameter 'limit': must be 1 to {MAX_ALERTS}"
-        )));
-    }
+    let limit = limit_param(query.limit, 1000, MAX_ALERTS)?;
     if let Some(severity) = query.severity.as_deref() {
         if !SEVERITIES.contains(&severity) {
             return Err(ApiError::bad_request(format!(

@@ -226,6 +226,18 @@ pub(super) async fn current_config(
         .map(|(_, config)| config))
 }
 
+/// A `limit` query parameter: `default` when absent, refused outside 1..=`max`.
+pub(super) fn limit_param(limit: Option<i64>, default: i64, max: i64) -> ApiResult<i64> {
+    let limit = limit.unwrap_or(default);
+    if (1..=max).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ApiError::bad_request(format!(
+            "query parameter 'limit': must be 1 to {max} (got {limit})"
+        )))
+    }
+}
+
 /// A positive duration query parameter, in microseconds.
 pub(super) fn positive_us(name: &str, text: &str) -> ApiResult<i64> {
     i64::try_from(parse_duration_field(name, text)?.as_micros())

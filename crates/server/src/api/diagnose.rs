@@ -2,12 +2,12 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::Json;
 use vantage_model::control::Role;
 use vantage_model::diagnosis::DiagnoseRequest;
 
-use super::common::{parse_body, ApiError, ApiResult, AppState, Caller};
+use super::common::{limit_param, parse_body, parse_query, ApiError, ApiResult, AppState, Caller};
 use crate::diagnose::{self, DiagnoseRefusal, DiagnosisJob};
 
 /// Starts a job: 202 with the job as first stored; `GET /api/v1/diagnose/{id}` follows it.
@@ -59,16 +59,11 @@ struct ListQuery {
 pub(super) async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    uri: axum::http::Uri,
+    uri: Uri,
 ) -> ApiResult<Json<serde_json::Value>> {
     caller.require(&[Role::Reader, Role::Publisher])?;
-    let query: ListQuery = super::common::parse_query(&uri)?;
-    let limit = query.limit.unwrap_or(50);
-    if !(1..=MAX_LISTED).contains(&limit) {
-        return Err(ApiError::bad_request(format!(
-            "query parameter 'limit': must be 1 to {MAX_LISTED}"
-        )));
-    }
+    let query: ListQuery = parse_query(&uri)?;
+    let limit = limit_param(query.limit, 50, MAX_LISTED)?;
     let jobs = state.archive.diagnoses(limit).await?;
     Ok(Json(serde_json::json!({ "jobs": jobs })))
 }

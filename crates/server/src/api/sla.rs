@@ -8,7 +8,7 @@ use serde::Deserialize;
 use vantage_model::control::Role;
 
 use super::common::{
-    current_config, parse_query, parse_time, ApiError, ApiResult, AppState, Caller,
+    current_config, limit_param, parse_query, parse_time, ApiError, ApiResult, AppState, Caller,
 };
 use crate::archive::SlaFilter;
 use crate::sla;
@@ -78,12 +78,7 @@ pub(super) async fn verdicts(
 ) -> ApiResult<Json<serde_json::Value>> {
     caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
     let query: VerdictQuery = parse_query(&uri)?;
-    let limit = query.limit.unwrap_or(1_000);
-    if !(1..=MAX_VERDICTS).contains(&limit) {
-        return Err(ApiError::bad_request(format!(
-            "query parameter 'limit': {limit} is out of range 1..={MAX_VERDICTS}"
-        )));
-    }
+    let limit = limit_param(query.limit, 1_000, MAX_VERDICTS)?;
     let verdicts = state
         .archive
         .sla_verdicts(&SlaFilter {
