@@ -105,13 +105,21 @@ async function measure(context, page, { mark, api, navigate }) {
   await cdp.send('Performance.enable');
   const { metrics } = await cdp.send('Performance.getMetrics');
   const metric = Object.fromEntries(metrics.map(({ name, value }) => [name, value]));
+  const atPaint = browserMemory();
+  // What the page keeps: the same after a full garbage collection (the JSON text,
+  // parse temporaries and the canvas's pixel buffer are garbage by now).
+  await cdp.send('HeapProfiler.enable');
+  await cdp.send('HeapProfiler.collectGarbage');
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  const afterGc = browserMemory();
   await cdp.detach();
   return {
     ...timings,
     js_heap_used: metric.JSHeapUsedSize,
     js_heap_total: metric.JSHeapTotalSize,
     nodes: metric.Nodes,
-    browser: browserMemory(),
+    browser: atPaint,
+    renderer_pss_after_gc: afterGc.renderer_pss,
   };
 }
 
@@ -142,7 +150,7 @@ try {
       await gridPage.close();
       const heatPage = await context.newPage();
       const heatmap = await measure(context, heatPage, {
-        mark: 'vantage:heatmap-drawn', api: '/api/v1/health/matrix', navigate: `${url}/#/heatmap`,
+        mark: 'vantage:heatmap-drawn', api: '/api/v1/health/matrix?layout=columns', navigate: `${url}/#/heatmap`,
       });
       await heatPage.close();
       runs.push({ grid, heatmap });

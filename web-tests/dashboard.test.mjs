@@ -83,6 +83,28 @@ test('the mesh grid shows each pair with the value and state the API gives', asy
   assert.equal(await page.textContent('.details'), 'agent-2 (itself)');
   await page.keyboard.press('ArrowRight');
   assert.match(await page.textContent('.details'), /^agent-2 → agent-3: /);
+  // The cells are painted in the state's colour: agent-1 → agent-2 is the upper-left
+  // triangle of row 0, column 1 (its reverse the lower-right one); the pixel is off
+  // the hatching a stale cell would have.
+  const colours = { ok: [0, 114, 178], warning: [230, 159, 0], critical: [213, 94, 0], unknown: [217, 217, 217] };
+  await waitFor('the cell agent-1 → agent-2 painted in its state\'s colour', async () => {
+    const grid = await api(demo, '/api/v1/grid?metric=rtt_median_us&hysteresis=3');
+    const names = grid.agents.map((agent) => agent.name);
+    const index = grid.cells.client.findIndex((client, i) => names[client] === 'agent-1' && names[grid.cells.server[i]] === 'agent-2');
+    const expected = colours[index < 0 ? 'unknown' : grid.cells.state[index]];
+    const pixel = await page.$eval('canvas.matrix', (canvas) => {
+      const ratio = window.devicePixelRatio || 1;
+      const [cell, labels] = [Number(canvas.dataset.cellSize), Number(canvas.dataset.labelSize)];
+      const at = (css) => Math.round(css * ratio);
+      return [...canvas.getContext('2d').getImageData(at(labels + cell + 3), at(labels + 1), 1, 1).data].slice(0, 3);
+    });
+    return pixel.join() === expected.join();
+  }, { timeoutMs: 20000 });
+  // Grouping offers the agents' tags (the demo tags each agent role=demo).
+  const groups = await page.$$eval('#grid-group option', (options) => options.map((option) => option.value));
+  assert.equal(groups[0], '');
+  assert.ok(groups.includes('role'), `group options: ${groups}`);
+  await page.focus('canvas.matrix');
   await screenshot(page, 'grid');
   // Enter opens the focused pair.
   await page.keyboard.press('Enter');

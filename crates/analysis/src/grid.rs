@@ -106,6 +106,14 @@ pub fn scale(metric: &str) -> Option<&'static MetricScale> {
 /// Fewest earlier values that make a baseline.
 pub const MIN_BASELINE_VALUES: usize = 3;
 
+/// Most consecutive results hysteresis may ask for (MaDDash's default was 3).
+pub const MAX_HYSTERESIS: usize = 10;
+
+/// A pair is judged on its newest values only, at most this many: with the longest
+/// hysteresis that leaves 30 earlier values for the baseline, and it bounds what a
+/// server keeps in memory per pair.
+pub const MAX_JUDGED_VALUES: usize = 40;
+
 /// A cell whose newest result is older than this many of its usual spacings has
 /// missed its schedule: it is stale.
 pub const STALE_SPACINGS: f64 = 3.0;
@@ -164,12 +172,14 @@ impl MetricScale {
         absolute.max(relative)
     }
 
-    /// Judges one pair's values (oldest first, as `(start_us, value)`) with
-    /// `hysteresis` ≥ 1 consecutive results needed to change the state; `None` when
-    /// there are none.
+    /// Judges one pair's values (oldest first, as `(start_us, value)`; only the
+    /// newest [`MAX_JUDGED_VALUES`] count) with `hysteresis` (1 to
+    /// [`MAX_HYSTERESIS`]) consecutive results needed to change the state; `None`
+    /// when there are none.
     pub fn judge(&self, values: &[(i64, f64)], hysteresis: usize) -> Option<Cell> {
+        let values = &values[values.len().saturating_sub(MAX_JUDGED_VALUES)..];
         let &(_, value) = values.last()?;
-        let hysteresis = hysteresis.max(1);
+        let hysteresis = hysteresis.clamp(1, MAX_HYSTERESIS);
         let history = &values[..values.len().saturating_sub(hysteresis)];
         let baseline = (history.len() >= MIN_BASELINE_VALUES)
             .then(|| median(history.iter().map(|&(_, value)| value).collect()));
@@ -293,6 +303,22 @@ mod tests {
         let cell = rtt().judge(&series(&[1e3, 2e3, 3e3, 4e3]), 2).unwrap();
         assert_eq!(cell.baseline, None, "two earlier values are too few");
         assert_eq!(cell.spacing_us, Some(5_000_000));
+    }
+
+    #[test]
+    fn only_the_newest_values_are_judged() {
+        // 60 old results at 50 ms, then 40 at 5 ms: the baseline is the median of the
+        // 37 judged values before the newest 3 (5 ms), not of all 97 (50 ms).
+        let mut values = vec![50e3; 60];
+        values.extend([5e3; 40]);
+        let cell = rtt().judge(&series(&values), 3).unwrap();
+        assert_eq!(cell.baseline, Some(5e3));
+        assert_eq!(cell.state, CellState::Ok);
+        // Hysteresis past the most allowed counts as the most allowed.
+        let mut values = vec![5e3; 30];
+        values.extend([20e3; MAX_HYSTERESIS]);
+        let cell = rtt().judge(&series(&values), 50).unwrap();
+        assert_eq!(cell.state, CellState::Critical);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! (RTTs, connect time, sandwich delay, throughput variation) and x for the
 //! throughput total. Formulas, defaults and a worked example: `docs/health.md`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::Serialize;
 use vantage_model::health::{HealthResult, RttIndicator};
@@ -348,23 +350,53 @@ impl Parts {
 }
 
 /// Which way a feature is good.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Better {
     Lower,
     Higher,
 }
 
+/// The metric family a feature belongs to: one of the score's four parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Family {
+    Icmp,
+    Udp,
+    Tcp,
+    Throughput,
+}
+
+impl Family {
+    const ALL: [Family; 4] = [Family::Icmp, Family::Udp, Family::Tcp, Family::Throughput];
+}
+
+/// Which feature of its family: a probe size, or a named quantity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Label {
+    SizeBytes(u32),
+    Sandwich,
+    Connect,
+    Rtt,
+    Bytes,
+    Variation,
+}
+
 /// One feature of a pair's round, as Eq. 1 normalises it.
+#[derive(Debug, Clone, PartialEq)]
 struct Feature {
-    /// Metric family and feature label, e.g. ("icmp", "4096").
-    family: &'static str,
-    label: String,
+    family: Family,
+    label: Label,
     better: Better,
     /// Weight inside its family.
     weight: f64,
     /// `None` when the peer never answered this part (it then counts as the worst).
     value: Option<f64>,
 }
+
+/// What Eq. 1 needs of one round: a handful of features (means, totals, a
+/// variation), a few hundred bytes where the round's document holds every probe.
+/// The health matrix keeps these per pair instead of the documents.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundFeatures(Vec<Feature>);
 
 /// Rank weights for sizes: larger probes get more influence (1, 2, 3, … over their sum).
 fn size_weights(sizes: &[u32]) -> BTreeMap<u32, f64> {
@@ -379,18 +411,13 @@ fn size_weights(sizes: &[u32]) -> BTreeMap<u32, f64> {
         .collect()
 }
 
-fn rtt_features(
-    family: &'static str,
-    parts: &[RttIndicator],
-    share: f64,
-    features: &mut Vec<Feature>,
-) {
+fn rtt_features(family: Family, parts: &[RttIndicator], share: f64, features: &mut Vec<Feature>) {
     let sizes: Vec<u32> = parts.iter().map(|part| part.size_bytes).collect();
     let weights = size_weights(&sizes);
     for part in parts.iter().filter(|part| part.sent > 0) {
         features.push(Feature {
             family,
-            label: format!("{}", part.size_bytes),
+            label: Label::SizeBytes(part.size_bytes),
             better: Better::Lower,
             weight: share * weights[&part.size_bytes],
             value: mean(&part.rtt_us),
@@ -406,58 +433,60 @@ fn variation(per_second_bps: &[f64]) -> Option<f64> {
     (m > 0.0).then(|| sigma / m)
 }
 
-fn features(result: &HealthResult) -> Vec<Feature> {
-    let mut features = Vec::new();
-    rtt_features("icmp", &result.icmp, 1.0, &mut features);
-    let sandwich = result
-        .sandwich
-        .as_ref()
-        .filter(|part| part.rounds > 0 && part.error.is_none());
-    // The sandwich delay weighs as much as the two RTTs together.
-    let rtt_share = if sandwich.is_some() { 0.5 } else { 1.0 };
-    rtt_features("udp", &result.udp, rtt_share, &mut features);
-    if let Some(part) = sandwich {
-        features.push(Feature {
-            family: "udp",
-            label: "sandwich".into(),
-            better: Better::Lower,
-            weight: 0.5,
-            value: mean(&part.delay_us),
-        });
-    }
-    if let Some(tcp) = result.tcp.as_ref().filter(|part| part.sent > 0) {
-        for (label, values) in [("connect", &tcp.connect_us), ("rtt", &tcp.rtt_us)] {
+impl RoundFeatures {
+    pub fn of(result: &HealthResult) -> RoundFeatures {
+        let mut features = Vec::new();
+        rtt_features(Family::Icmp, &result.icmp, 1.0, &mut features);
+        let sandwich = result
+            .sandwich
+            .as_ref()
+            .filter(|part| part.rounds > 0 && part.error.is_none());
+        // The sandwich delay weighs as much as the two RTTs together.
+        let rtt_share = if sandwich.is_some() { 0.5 } else { 1.0 };
+        rtt_features(Family::Udp, &result.udp, rtt_share, &mut features);
+        if let Some(part) = sandwich {
             features.push(Feature {
-                family: "tcp",
-                label: label.into(),
+                family: Family::Udp,
+                label: Label::Sandwich,
                 better: Better::Lower,
                 weight: 0.5,
-                value: mean(values),
+                value: mean(&part.delay_us),
             });
         }
+        if let Some(tcp) = result.tcp.as_ref().filter(|part| part.sent > 0) {
+            for (label, values) in [(Label::Connect, &tcp.connect_us), (Label::Rtt, &tcp.rtt_us)] {
+                features.push(Feature {
+                    family: Family::Tcp,
+                    label,
+                    better: Better::Lower,
+                    weight: 0.5,
+                    value: mean(values),
+                });
+            }
+        }
+        if let Some(throughput) = &result.throughput {
+            let answered = !throughput.timed_out();
+            features.push(Feature {
+                family: Family::Throughput,
+                label: Label::Bytes,
+                better: Better::Higher,
+                weight: 0.5,
+                value: answered.then_some(throughput.received_bytes as f64),
+            });
+            features.push(Feature {
+                family: Family::Throughput,
+                label: Label::Variation,
+                better: Better::Lower,
+                weight: 0.5,
+                value: if answered {
+                    variation(&throughput.per_second_bps)
+                } else {
+                    None
+                },
+            });
+        }
+        RoundFeatures(features)
     }
-    if let Some(throughput) = &result.throughput {
-        let answered = !throughput.timed_out();
-        features.push(Feature {
-            family: "throughput",
-            label: "bytes".into(),
-            better: Better::Higher,
-            weight: 0.5,
-            value: answered.then_some(throughput.received_bytes as f64),
-        });
-        features.push(Feature {
-            family: "throughput",
-            label: "variation".into(),
-            better: Better::Lower,
-            weight: 0.5,
-            value: if answered {
-                variation(&throughput.per_second_bps)
-            } else {
-                None
-            },
-        });
-    }
-    features
 }
 
 /// Eq. 1's normalisation, oriented: (v − min) / (max − min) over the host's peers,
@@ -477,53 +506,63 @@ fn normalised(value: Option<f64>, min: f64, max: f64, better: Better) -> f64 {
     }
 }
 
+/// Each feature's (min, max) over a host's peers.
+type Ranges = Vec<((Family, Label), (f64, f64))>;
+
+/// The (min, max) of feature `key`; rounds of one bundle list their features in the
+/// same order, so the feature's own position is tried first.
+fn range_of(ranges: &mut Ranges, position: usize, key: (Family, Label)) -> Option<&mut (f64, f64)> {
+    let found = match ranges.get(position) {
+        Some((known, _)) if *known == key => Some(position),
+        _ => ranges.iter().position(|(known, _)| *known == key),
+    };
+    found.map(|at| &mut ranges[at].1)
+}
+
 /// The metrics of every peer one host probed in a round, normalised against each
-/// other (Eq. 1 family). `rounds` maps each peer to its round's result.
-pub fn metrics_for_host(rounds: &BTreeMap<&str, &HealthResult>) -> BTreeMap<String, Parts> {
-    let per_peer: BTreeMap<&str, Vec<Feature>> = rounds
-        .iter()
-        .map(|(peer, result)| (*peer, features(result)))
-        .collect();
-    // Range of each (family, label) over the peers that answered it.
-    let mut ranges: BTreeMap<(&'static str, String), (f64, f64)> = BTreeMap::new();
-    for features in per_peer.values() {
-        for feature in features {
-            if let Some(value) = feature.value {
-                let range = ranges
-                    .entry((feature.family, feature.label.clone()))
-                    .or_insert((value, value));
-                range.0 = range.0.min(value);
-                range.1 = range.1.max(value);
+/// other (Eq. 1 family): one `Parts` per entry of `rounds` (each peer's features),
+/// in the same order.
+pub fn metrics_for_host(rounds: &[&RoundFeatures]) -> Vec<Parts> {
+    // Range of each (family, label) over the peers that answered it: a round has a
+    // dozen features, so a short list beats a map.
+    let mut ranges: Ranges = Vec::new();
+    for features in rounds {
+        for (position, feature) in features.0.iter().enumerate() {
+            let Some(value) = feature.value else {
+                continue;
+            };
+            let key = (feature.family, feature.label);
+            match range_of(&mut ranges, position, key) {
+                Some(range) => *range = (range.0.min(value), range.1.max(value)),
+                None => ranges.push((key, (value, value))),
             }
         }
     }
-    per_peer
-        .into_iter()
-        .map(|(peer, features)| {
-            let mut sums: BTreeMap<&'static str, (f64, f64)> = BTreeMap::new();
-            for feature in &features {
+    rounds
+        .iter()
+        .map(|features| {
+            // (weighted sum, weight) per family, in Family::ALL order.
+            let mut sums = [(0.0, 0.0); 4];
+            for (position, feature) in features.0.iter().enumerate() {
+                let key = (feature.family, feature.label);
                 // A feature no peer answered says nothing relative; skip it.
-                let Some(&(min, max)) = ranges.get(&(feature.family, feature.label.clone())) else {
+                let Some(&mut (min, max)) = range_of(&mut ranges, position, key) else {
                     continue;
                 };
-                let sum = sums.entry(feature.family).or_insert((0.0, 0.0));
+                let sum = &mut sums[feature.family as usize];
                 sum.0 += feature.weight * normalised(feature.value, min, max, feature.better);
                 sum.1 += feature.weight;
             }
-            let family = |name: &str| {
-                sums.get(name)
-                    .filter(|(_, weight)| *weight > 0.0)
-                    .map(|(sum, weight)| sum / weight)
-            };
-            (
-                peer.to_string(),
-                Parts {
-                    icmp: family("icmp"),
-                    udp: family("udp"),
-                    tcp: family("tcp"),
-                    throughput: family("throughput"),
-                },
-            )
+            let [icmp, udp, tcp, throughput] = Family::ALL.map(|family| {
+                let (sum, weight) = sums[family as usize];
+                (weight > 0.0).then(|| sum / weight)
+            });
+            Parts {
+                icmp,
+                udp,
+                tcp,
+                throughput,
+            }
         })
         .collect()
 }
@@ -538,9 +577,9 @@ pub struct Observation<'a> {
     pub run_id: &'a str,
     /// When the round started (µs since the Unix epoch).
     pub start_us: i64,
-    pub result: &'a HealthResult,
+    pub features: &'a RoundFeatures,
     /// Markers that fired on this round.
-    pub markers: Vec<MarkerKind>,
+    pub markers: &'a [MarkerKind],
 }
 
 /// A host of the matrix, with the zone it is grouped by, if tagged.
@@ -594,17 +633,93 @@ pub struct HostHealth {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Matrix {
+    /// Every ordered pair of hosts, sorted by client, then server.
     pub pairs: Vec<PairHealth>,
     pub hosts: Vec<HostHealth>,
 }
 
 impl Matrix {
-    /// The known score of client → server, if any.
+    /// The known score of client → server, if any (`pairs` is sorted by client,
+    /// then server).
     pub fn score(&self, client: &str, server: &str) -> Option<f64> {
         self.pairs
-            .iter()
-            .find(|pair| pair.client == client && pair.server == server)
-            .and_then(|pair| pair.score)
+            .binary_search_by(|pair| {
+                (pair.client.as_str(), pair.server.as_str()).cmp(&(client, server))
+            })
+            .ok()
+            .and_then(|index| self.pairs[index].score)
+    }
+}
+
+/// A measured pair of a [`Scored`] matrix; it borrows from the observations.
+#[derive(Debug, Clone)]
+pub struct ScoredPair<'a> {
+    pub score: Option<f64>,
+    pub state: PairState,
+    pub markers: &'a [MarkerKind],
+    pub parts: Parts,
+    pub age_s: f64,
+    pub run_id: &'a str,
+    pub peers: usize,
+}
+
+/// The matrix with hosts numbered: what [`matrix`] computes before it names every
+/// pair, for answers that name hosts once (at 300 hosts there are 89 700 pairs).
+#[derive(Debug, Clone)]
+pub struct Scored<'a> {
+    /// Host names, sorted; pairs refer to them by position.
+    pub names: Vec<&'a str>,
+    /// Row-major, `names.len()` squared: client `c` → server `s` at `c * n + s`;
+    /// `None` where unknown (and on the diagonal).
+    pub cells: Vec<Option<ScoredPair<'a>>>,
+    /// One per name, in the same order.
+    pub hosts: Vec<HostHealth>,
+}
+
+impl Scored<'_> {
+    /// Every ordered pair by name, unknown where unmeasured, sorted by client then
+    /// server.
+    pub fn into_matrix(self) -> Matrix {
+        let n = self.names.len();
+        let mut pairs = Vec::with_capacity(n * n.saturating_sub(1));
+        for (position, cell) in self.cells.into_iter().enumerate() {
+            let (client, server) = (position / n, position % n);
+            if client == server {
+                continue;
+            }
+            let (client, server) = (
+                self.names[client].to_string(),
+                self.names[server].to_string(),
+            );
+            pairs.push(match cell {
+                Some(pair) => PairHealth {
+                    client,
+                    server,
+                    score: pair.score,
+                    state: pair.state,
+                    markers: pair.markers.to_vec(),
+                    parts: pair.parts,
+                    age_s: Some(pair.age_s),
+                    run_id: Some(pair.run_id.to_string()),
+                    peers: Some(pair.peers),
+                },
+                None => PairHealth {
+                    client,
+                    server,
+                    score: None,
+                    state: PairState::Unknown,
+                    markers: Vec::new(),
+                    parts: Parts::default(),
+                    age_s: None,
+                    run_id: None,
+                    peers: None,
+                },
+            });
+        }
+        Matrix {
+            pairs,
+            hosts: self.hosts,
+        }
     }
 }
 
@@ -618,102 +733,125 @@ pub fn matrix(
     now_us: i64,
     max_age_us: i64,
 ) -> Matrix {
-    let fresh: Vec<&Observation<'_>> = observations
+    scored(hosts, observations, weights, now_us, max_age_us).into_matrix()
+}
+
+/// Sorts `names` and numbers each observation's client and server by them; an
+/// observation naming a host not in `names` is left out.
+fn locate<'a, 'o>(
+    names: &mut Vec<&'a str>,
+    observations: &[&'o Observation<'a>],
+) -> Vec<(usize, usize, &'o Observation<'a>)> {
+    names.sort_unstable();
+    names.dedup();
+    let index: FxHashMap<&str, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(position, name)| (*name, position))
+        .collect();
+    observations
+        .iter()
+        .filter_map(|observation| {
+            Some((
+                *index.get(observation.client)?,
+                *index.get(observation.server)?,
+                *observation,
+            ))
+        })
+        .collect()
+}
+
+/// [`matrix`] with hosts numbered.
+pub fn scored<'a>(
+    hosts: &'a [Host],
+    observations: &[Observation<'a>],
+    weights: &Weights,
+    now_us: i64,
+    max_age_us: i64,
+) -> Scored<'a> {
+    let fresh: Vec<&Observation<'a>> = observations
         .iter()
         .filter(|o| now_us - o.start_us <= max_age_us)
         .collect();
-    let mut by_client: BTreeMap<&str, BTreeMap<&str, &Observation<'_>>> = BTreeMap::new();
-    for observation in &fresh {
-        by_client
-            .entry(observation.client)
-            .or_default()
-            .insert(observation.server, observation);
+    let mut names: Vec<&str> = hosts.iter().map(|host| host.name.as_str()).collect();
+    let mut located = locate(&mut names, &fresh);
+    if located.len() < fresh.len() {
+        // A pair measured by a host no longer listed still shows: number it too.
+        let listed: FxHashSet<&str> = names.iter().copied().collect();
+        for observation in &fresh {
+            for name in [observation.client, observation.server] {
+                if !listed.contains(name) && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        located = locate(&mut names, &fresh);
     }
-    let mut measured: BTreeMap<(&str, &str), PairHealth> = BTreeMap::new();
-    for (client, peers) in &by_client {
-        let rounds: BTreeMap<&str, &HealthResult> = peers
-            .iter()
-            .map(|(server, observation)| (*server, observation.result))
-            .collect();
-        let metrics = metrics_for_host(&rounds);
-        for (server, observation) in peers {
-            let parts = metrics[*server];
+    let n = names.len();
+    // Each client's latest round per server (a later observation of a pair wins).
+    let mut by_client: Vec<Vec<(usize, &Observation<'a>)>> = vec![Vec::new(); n];
+    for (client, server, observation) in located {
+        by_client[client].push((server, observation));
+    }
+    for row in &mut by_client {
+        // Newest listed first within a server (the sort is stable), then one per server.
+        row.reverse();
+        row.sort_by_key(|(server, _)| *server);
+        row.dedup_by_key(|(server, _)| *server);
+    }
+    let mut cells: Vec<Option<ScoredPair<'a>>> = vec![None; n * n];
+    // Each host's score: the mean over its known pairs, both as client and as server.
+    let mut totals = vec![(0.0, 0_usize); n];
+    for (client, peers) in by_client.iter().enumerate() {
+        let features: Vec<&RoundFeatures> = peers.iter().map(|(_, o)| o.features).collect();
+        let metrics = metrics_for_host(&features);
+        for ((server, observation), parts) in peers.iter().zip(metrics) {
             let timeout = observation.markers.contains(&MarkerKind::Timeout);
             let score = if timeout {
                 Some(0.0)
             } else {
                 parts.score(weights)
             };
-            measured.insert(
-                (client, server),
-                PairHealth {
-                    client: client.to_string(),
-                    server: server.to_string(),
-                    score,
-                    state: if observation.markers.is_empty() && score.is_some() {
-                        PairState::Healthy
-                    } else {
-                        PairState::Degraded
-                    },
-                    markers: observation.markers.clone(),
-                    parts,
-                    age_s: Some((now_us - observation.start_us) as f64 / 1e6),
-                    run_id: Some(observation.run_id.to_string()),
-                    peers: Some(peers.len()),
-                },
-            );
-        }
-    }
-    let mut names: BTreeSet<&str> = hosts.iter().map(|host| host.name.as_str()).collect();
-    // A pair measured by a host no longer listed still shows.
-    for (client, server) in measured.keys() {
-        names.insert(client);
-        names.insert(server);
-    }
-    let mut pairs = Vec::new();
-    for client in &names {
-        for server in &names {
-            if client == server {
-                continue;
+            if let Some(score) = score {
+                for host in [client, *server] {
+                    totals[host].0 += score;
+                    totals[host].1 += 1;
+                }
             }
-            pairs.push(
-                measured
-                    .remove(&(*client, *server))
-                    .unwrap_or_else(|| PairHealth {
-                        client: client.to_string(),
-                        server: server.to_string(),
-                        score: None,
-                        state: PairState::Unknown,
-                        markers: Vec::new(),
-                        parts: Parts::default(),
-                        age_s: None,
-                        run_id: None,
-                        peers: None,
-                    }),
-            );
+            cells[client * n + server] = Some(ScoredPair {
+                score,
+                state: if observation.markers.is_empty() && score.is_some() {
+                    PairState::Healthy
+                } else {
+                    PairState::Degraded
+                },
+                markers: observation.markers,
+                parts,
+                age_s: (now_us - observation.start_us) as f64 / 1e6,
+                run_id: observation.run_id,
+                peers: peers.len(),
+            });
         }
     }
-    let zones: BTreeMap<&str, &Option<String>> = hosts
+    let zones: FxHashMap<&str, &Option<String>> = hosts
         .iter()
         .map(|host| (host.name.as_str(), &host.zone))
         .collect();
     let hosts = names
         .iter()
-        .map(|name| {
-            let scores: Vec<f64> = pairs
-                .iter()
-                .filter(|pair| pair.client == *name || pair.server == *name)
-                .filter_map(|pair| pair.score)
-                .collect();
-            HostHealth {
-                name: name.to_string(),
-                score: mean(&scores),
-                zone: zones.get(name).and_then(|zone| (*zone).clone()),
-                pairs: scores.len(),
-            }
+        .zip(totals)
+        .map(|(name, (sum, count))| HostHealth {
+            name: name.to_string(),
+            score: (count > 0).then(|| sum / count as f64),
+            zone: zones.get(name).and_then(|zone| (*zone).clone()),
+            pairs: count,
         })
         .collect();
-    Matrix { pairs, hosts }
+    Scored {
+        names,
+        cells,
+        hosts,
+    }
 }
 
 // ---- selection ----------------------------------------------------------------
@@ -900,13 +1038,12 @@ pub fn fit_table(archived: &[Archived<'_>], round_span_us: i64) -> FitTable {
     let mut rows: Vec<([Option<f64>; 4], f64)> = Vec::new();
     let mut incomplete_rows = 0;
     for round in &rounds {
-        let results: BTreeMap<&str, &HealthResult> = round
+        let features: Vec<RoundFeatures> = round
             .iter()
-            .map(|item| (item.server, item.result))
+            .map(|item| RoundFeatures::of(item.result))
             .collect();
-        let metrics = metrics_for_host(&results);
-        for item in round {
-            let parts = metrics[item.server];
+        let metrics = metrics_for_host(&features.iter().collect::<Vec<_>>());
+        for (item, parts) in round.iter().zip(metrics) {
             match next_throughput(item.client, item.server, item.start_us) {
                 Some(target) => {
                     rows.push(([parts.throughput, parts.icmp, parts.udp, parts.tcp], target))

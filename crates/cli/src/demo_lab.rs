@@ -261,7 +261,7 @@ async fn print_health(server: &RunningServer, started_us: i64) {
         weights: Default::default(),
         max_age_us: DEFAULT_MAX_AGE_US,
     };
-    let answer = match health_matrix(archive, &query).await {
+    let answer = match health_matrix(archive, &server.state.recent, &query).await {
         Ok(answer) => answer,
         Err(error) => {
             eprintln!("vantage demo: health query failed: {error}");

@@ -205,6 +205,35 @@ pub struct StoredResult {
     pub result: Option<serde_json::Value>,
 }
 
+/// One value of one metric of one result (`Archive::metric_values`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricValue {
+    pub client: String,
+    pub server: String,
+    pub test: String,
+    pub start_us: i64,
+    pub value: f64,
+}
+
+/// Which results a read covers, by when they started or when they arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// Results that started at or after this instant (µs).
+    Started(i64),
+    /// Results the archive received after this instant (µs).
+    Received(i64),
+}
+
+impl Since {
+    /// The WHERE condition on `results r`, with the instant bound as `$2`.
+    fn condition(self) -> (&'static str, i64) {
+        match self {
+            Since::Started(instant_us) => ("r.start_us >= $2", instant_us),
+            Since::Received(instant_us) => ("r.received_us > $2", instant_us),
+        }
+    }
+}
+
 /// One generation of the key test tickets are signed with.
 #[derive(Debug, Clone)]
 pub struct TicketKey {
@@ -1312,37 +1341,61 @@ impl Archive {
             .collect())
     }
 
-    /// Every value of `metric` (of test kind `test` when given) that started at or
-    /// after `since_us`, as `(client, server, start_us, value)` ordered by pair and
-    /// time: one range scan of the covering index on result_metrics.
-    pub async fn metric_values_since(
+    /// Values of `metric` for the in-memory views (`crate::recent`): from the results
+    /// that started at or after an instant (a view's first load) or that the archive
+    /// received after one (its catch-up; the caller filters by start).
+    pub async fn metric_values(
         &self,
         metric: &str,
-        test: Option<&str>,
-        since_us: i64,
-    ) -> Result<Vec<(String, String, i64, f64)>, ArchiveError> {
+        since: Since,
+    ) -> Result<Vec<MetricValue>, ArchiveError> {
+        let (condition, instant_us) = since.condition();
+        // CROSS JOIN keeps `results` the outer loop on SQLite, so the read walks the
+        // index on the results' start or arrival rather than every value the metric
+        // ever had (PostgreSQL plans it by its statistics either way).
+        let text = format!(
+            "SELECT m.client, m.server, m.test, m.start_us, m.value FROM results r \
+             CROSS JOIN result_metrics m WHERE m.run_id = r.run_id AND m.name = $1 AND {condition}"
+        );
+        let rows = sqlx::query(&text)
+            .bind(metric)
+            .bind(instant_us)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql("reading a metric's recent values"))?;
+        Ok(rows
+            .iter()
+            .map(|row| MetricValue {
+                client: row.get("client"),
+                server: row.get("server"),
+                test: row.get("test"),
+                start_us: row.get("start_us"),
+                value: row.get("value"),
+            })
+            .collect())
+    }
+
+    /// The completed results of `test` the archive received after `after_us`, with
+    /// their documents and metrics.
+    pub async fn completed_received_after(
+        &self,
+        test: &str,
+        after_us: i64,
+    ) -> Result<Vec<StoredResult>, ArchiveError> {
         let rows = sqlx::query(
-            "SELECT client, server, start_us, value FROM result_metrics \
-             WHERE name = $1 AND start_us >= $2 AND ($3 IS NULL OR test = $3) \
-             ORDER BY client, server, start_us",
+            "SELECT run_id, test, client, server, start_us, end_us, outcome, error, raw FROM results \
+             WHERE received_us > $1 AND test = $2 AND outcome = 'completed'",
         )
-        .bind(metric)
-        .bind(since_us)
+        .bind(after_us)
         .bind(test)
         .fetch_all(&self.pool)
         .await
-        .map_err(sql("reading a metric's recent values"))?;
-        Ok(rows
+        .map_err(sql("reading newly received results"))?;
+        let results = rows
             .iter()
-            .map(|row| {
-                (
-                    row.get("client"),
-                    row.get("server"),
-                    row.get("start_us"),
-                    row.get("value"),
-                )
-            })
-            .collect())
+            .map(|row| result_from_row(row, true))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.with_metrics(results).await
     }
 
     /// The raw document of the newest completed result of (client, server, test)

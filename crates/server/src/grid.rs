@@ -6,9 +6,13 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vantage_analysis::grid::{is_stale, MetricScale};
+use vantage_analysis::grid::{is_stale, Cell, MetricScale, MAX_JUDGED_VALUES};
 
 use crate::archive::{from_us, now_us, Archive, ArchiveError};
+use crate::recent::Recent;
+
+/// Longest window a grid may read: a day (the in-memory view keeps that much).
+pub const MAX_WINDOW_US: i64 = 86_400_000_000;
 
 /// Which grid to compute.
 #[derive(Debug, Clone)]
@@ -57,33 +61,50 @@ pub struct Cells {
     /// The newest result is overdue: it is older than three of the pair's usual
     /// spacings (or than the window, with a single result).
     pub stale: Vec<bool>,
-    /// Values in the window.
+    /// Values judged: those in the window, at most the newest
+    /// `vantage_analysis::grid::MAX_JUDGED_VALUES`.
     pub results: Vec<usize>,
 }
 
-pub async fn grid(archive: &Archive, query: &GridQuery) -> Result<GridAnswer, ArchiveError> {
-    let now = now_us();
-    let values = archive
-        .metric_values_since(
-            query.scale.metric,
-            query.test.as_deref(),
-            now - query.window_us,
-        )
-        .await?;
+pub async fn grid(
+    archive: &Archive,
+    recent: &Recent,
+    query: &GridQuery,
+) -> Result<GridAnswer, ArchiveError> {
     let mut agents: BTreeMap<String, BTreeMap<String, String>> = archive
         .agents()
         .await?
         .into_iter()
         .map(|agent| (agent.registration.name, agent.registration.tags))
         .collect();
-    let mut pairs: BTreeMap<(String, String), Vec<(i64, f64)>> = BTreeMap::new();
-    for (client, server, start_us, value) in values {
-        agents.entry(client.clone()).or_default();
-        agents.entry(server.clone()).or_default();
-        pairs
-            .entry((client, server))
-            .or_default()
-            .push((start_us, value));
+    let view = recent
+        .metric(archive, query.scale.metric, MAX_WINDOW_US)
+        .await?;
+    let now = now_us();
+    let since_us = now - query.window_us;
+    // Each measured pair's judged values, oldest first.
+    let mut judged: Vec<(&str, &str, Cell, i64, usize)> = Vec::new();
+    let mut values: Vec<(i64, f64)> = Vec::new();
+    for ((client, server), samples) in view.pairs(query.test.as_deref()) {
+        values.clear();
+        values.extend(
+            samples
+                .filter(|sample| sample.start_us >= since_us)
+                .map(|sample| (sample.start_us, sample.value)),
+        );
+        let values = &values[values.len().saturating_sub(MAX_JUDGED_VALUES)..];
+        let Some(cell) = query.scale.judge(values, query.hysteresis) else {
+            continue;
+        };
+        let newest_us = values.last().map_or(now, |&(start_us, _)| start_us);
+        judged.push((client, server, cell, newest_us, values.len()));
+    }
+    for (client, server, ..) in &judged {
+        for name in [client, server] {
+            if !agents.contains_key(*name) {
+                agents.insert(name.to_string(), BTreeMap::new());
+            }
+        }
     }
     let index: BTreeMap<&str, usize> = agents
         .keys()
@@ -91,13 +112,9 @@ pub async fn grid(archive: &Archive, query: &GridQuery) -> Result<GridAnswer, Ar
         .map(|(position, name)| (name.as_str(), position))
         .collect();
     let mut cells = Cells::default();
-    for ((client, server), values) in &pairs {
-        let Some(cell) = query.scale.judge(values, query.hysteresis) else {
-            continue;
-        };
-        let newest_us = values.last().map_or(now, |&(start_us, _)| start_us);
-        cells.client.push(index[client.as_str()]);
-        cells.server.push(index[server.as_str()]);
+    for (client, server, cell, newest_us, count) in judged {
+        cells.client.push(index[client]);
+        cells.server.push(index[server]);
         cells.value.push(cell.value);
         cells.baseline.push(cell.baseline);
         cells.state.push(cell.state.as_str());
@@ -106,7 +123,7 @@ pub async fn grid(archive: &Archive, query: &GridQuery) -> Result<GridAnswer, Ar
         cells
             .stale
             .push(is_stale(newest_us, cell.spacing_us, now, query.window_us));
-        cells.results.push(values.len());
+        cells.results.push(count);
     }
     Ok(GridAnswer {
         computed_at: from_us(now),

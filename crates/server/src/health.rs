@@ -8,14 +8,16 @@
 //!   `/api/v1/health/*` routes answer, computed from the archive by the pure
 //!   functions of `vantage_analysis::health`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 use vantage_analysis::fit::{self, Candidate, Fit, FitError};
 use vantage_analysis::health::{
-    self, Archived, Host, MarkerKind, MarkerSettings, Matrix, Observation, Selection, Weights,
+    self, Archived, Host, MarkerKind, MarkerSettings, Matrix, Observation, Scored, Selection,
+    Weights,
 };
 use vantage_model::config::ValidatedConfig;
 use vantage_model::health::HealthResult;
@@ -24,11 +26,15 @@ use vantage_model::kinds::health::{KIND as HEALTH, THROUGHPUT_BPS};
 use crate::archive::{to_us, Archive, ArchiveError, ResultFilter, StoredResult};
 use crate::events::{Alert, EventBus};
 use crate::ingest::{NewResult, ResultConsumer};
+use crate::recent::{HealthView, Recent};
 
 /// The tag that groups hosts into zones in the matrix (the paper's availability zones).
 pub const ZONE_TAG: &str = "zone";
 /// Rounds older than this are stale: their pairs count as unknown.
 pub const DEFAULT_MAX_AGE_US: i64 = 3 * 3_600_000_000;
+/// The longest age a matrix may ask for: 30 days (the in-memory view keeps
+/// each pair's latest round that long).
+pub const LONGEST_MAX_AGE_US: i64 = 30 * 86_400_000_000;
 /// How far apart one client's results may start and still be one round (for refitting).
 pub const DEFAULT_ROUND_SPAN_US: i64 = 30 * 60_000_000;
 /// At most this many archived rounds are read for a refit.
@@ -197,27 +203,63 @@ pub struct MatrixAnswer {
     pub matrix: Matrix,
 }
 
-/// The rounds of pairs between `hosts`, with the markers that fired on each.
-fn observations<'a>(
-    rounds: &'a [(StoredResult, HealthResult)],
-    hosts: &[Host],
-) -> Vec<Observation<'a>> {
-    let names: BTreeSet<&str> = hosts.iter().map(|host| host.name.as_str()).collect();
-    rounds
+/// The matrix in columns, for a heat map of hundreds of hosts: one array per
+/// field, one entry per pair that is not unknown (a pair absent is unknown);
+/// `client` and `server` index `hosts`. A pair's parts, run and peers are in the
+/// default layout.
+#[derive(Debug, Serialize)]
+pub struct MatrixColumns<'a> {
+    pub computed_at: chrono::DateTime<chrono::Utc>,
+    pub weights: Weights,
+    pub max_age_s: f64,
+    pub hosts: &'a [health::HostHealth],
+    pub pairs: PairColumns<'a>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct PairColumns<'a> {
+    pub client: Vec<usize>,
+    pub server: Vec<usize>,
+    pub score: Vec<Option<f64>>,
+    pub state: Vec<health::PairState>,
+    pub markers: Vec<&'a [MarkerKind]>,
+    pub age_s: Vec<f64>,
+}
+
+impl<'a> PairColumns<'a> {
+    fn of(scored: &Scored<'a>) -> PairColumns<'a> {
+        let n = scored.names.len();
+        let mut columns = PairColumns::default();
+        for (position, pair) in scored.cells.iter().enumerate() {
+            let Some(pair) = pair else {
+                continue;
+            };
+            columns.client.push(position / n);
+            columns.server.push(position % n);
+            columns.score.push(pair.score);
+            columns.state.push(pair.state);
+            columns.markers.push(pair.markers);
+            columns.age_s.push(pair.age_s);
+        }
+        columns
+    }
+}
+
+/// The latest rounds of pairs between `hosts`.
+fn observations<'a>(view: &'a HealthView, hosts: &[Host]) -> Vec<Observation<'a>> {
+    let names: FxHashSet<&str> = hosts.iter().map(|host| host.name.as_str()).collect();
+    view.rounds
         .iter()
-        .filter(|(stored, _)| {
-            names.contains(stored.client.as_str()) && names.contains(stored.server.as_str())
+        .filter(|((client, server), _)| {
+            names.contains(client.as_str()) && names.contains(server.as_str())
         })
-        .map(|(stored, result)| Observation {
-            client: &stored.client,
-            server: &stored.server,
-            run_id: &stored.run_id,
-            start_us: to_us(stored.start_time),
-            result,
-            markers: MarkerKind::ALL
-                .into_iter()
-                .filter(|kind| stored.metrics.get(kind.metric_name()) == Some(&1.0))
-                .collect(),
+        .map(|((client, server), round)| Observation {
+            client,
+            server,
+            run_id: &round.run_id,
+            start_us: round.start_us,
+            features: &round.features,
+            markers: &round.markers,
         })
         .collect()
 }
@@ -234,41 +276,69 @@ pub struct HealthQuery<'a> {
     pub max_age_us: i64,
 }
 
+/// Scores the pairs between the hosts `query` names and hands the scored matrix,
+/// with the instant it was computed at, to `answer`.
+async fn score<R>(
+    archive: &Archive,
+    recent: &Recent,
+    query: &HealthQuery<'_>,
+    answer: impl FnOnce(Scored<'_>, chrono::DateTime<chrono::Utc>) -> R,
+) -> Result<R, HealthError> {
+    let hosts = hosts(archive, query.config, query.group).await?;
+    let view = recent.health(archive, LONGEST_MAX_AGE_US).await?;
+    let now = chrono::Utc::now();
+    let scored = health::scored(
+        &hosts,
+        &observations(&view, &hosts),
+        &query.weights,
+        to_us(now),
+        query.max_age_us,
+    );
+    Ok(answer(scored, now))
+}
+
 pub async fn health_matrix(
     archive: &Archive,
+    recent: &Recent,
     query: &HealthQuery<'_>,
 ) -> Result<MatrixAnswer, HealthError> {
-    let (weights, max_age_us) = (&query.weights, query.max_age_us);
-    let hosts = hosts(archive, query.config, query.group).await?;
-    let now = chrono::Utc::now();
-    let now_us = to_us(now);
-    let latest = parse_stored(
-        archive
-            .latest_of_test(HEALTH.name, now_us - max_age_us)
-            .await?,
-    );
-    let matrix = health::matrix(
-        &hosts,
-        &observations(&latest, &hosts),
-        weights,
-        now_us,
-        max_age_us,
-    );
-    Ok(MatrixAnswer {
+    score(archive, recent, query, |scored, now| MatrixAnswer {
         computed_at: now,
-        weights: *weights,
-        max_age_s: max_age_us as f64 / 1e6,
-        matrix,
+        weights: query.weights,
+        max_age_s: query.max_age_us as f64 / 1e6,
+        matrix: scored.into_matrix(),
     })
+    .await
+}
+
+/// The matrix in columns, serialised (it borrows from the in-memory view, so it is
+/// written out while the view is held).
+pub async fn health_columns(
+    archive: &Archive,
+    recent: &Recent,
+    query: &HealthQuery<'_>,
+) -> Result<Vec<u8>, HealthError> {
+    score(archive, recent, query, |scored, now| {
+        serde_json::to_vec(&MatrixColumns {
+            computed_at: now,
+            weights: query.weights,
+            max_age_s: query.max_age_us as f64 / 1e6,
+            hosts: &scored.hosts,
+            pairs: PairColumns::of(&scored),
+        })
+        .expect("the matrix serialises")
+    })
+    .await
 }
 
 pub async fn healthy_selection(
     archive: &Archive,
+    recent: &Recent,
     query: &HealthQuery<'_>,
     reference: &str,
     k: usize,
 ) -> Result<Selection, HealthError> {
-    let answer = health_matrix(archive, query).await?;
+    let answer = health_matrix(archive, recent, query).await?;
     if !answer
         .matrix
         .hosts

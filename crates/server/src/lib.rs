@@ -18,6 +18,7 @@ pub mod openapi;
 pub mod openmetrics;
 pub mod path_changes;
 pub mod planner;
+pub mod recent;
 pub mod service;
 pub mod sla;
 pub mod state;

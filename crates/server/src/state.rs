@@ -17,12 +17,15 @@ use crate::events::{Event, EventBus};
 use crate::health::HealthMarkers;
 use crate::ingest::{IngestPipeline, ResultConsumer};
 use crate::path_changes::PathChanges;
+use crate::recent::Recent;
 use crate::sla::SlaVerdicts;
 use crate::supervisor::TaskHealth;
 use crate::ticket_keys::{self, Keyring};
 
 pub struct ServerState {
     pub archive: Archive,
+    /// The dashboard's in-memory views of the newest results.
+    pub recent: Recent,
     pub events: Arc<EventBus>,
     /// Stores uploads and hands new results to the consumers.
     pub ingest: IngestPipeline,
@@ -74,6 +77,7 @@ impl ServerState {
             ticket_keys,
             ingest: IngestPipeline::new(archive.clone(), consumers),
             archive,
+            recent: Recent::default(),
             events,
             runs_stored: Notify::new(),
             token_cache: RwLock::new(HashMap::new()),

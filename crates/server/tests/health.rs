@@ -249,6 +249,39 @@ async fn health_scenario(kind: Kind) {
         .as_array()
         .unwrap()
         .contains(&json!("timeout")));
+    // The columns layout says the same of that pair, naming hosts by index.
+    let (status, columns) = reader.get("/api/v1/health/matrix?layout=columns").await;
+    assert_eq!(status, 200, "{columns}");
+    let hosts: Vec<&str> = columns["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|host| host["name"].as_str().unwrap())
+        .collect();
+    let cells = &columns["pairs"];
+    let towards = (0..cells["client"].as_array().unwrap().len())
+        .find(|&i| {
+            hosts[cells["client"][i].as_u64().unwrap() as usize] == client
+                && hosts[cells["server"][i].as_u64().unwrap() as usize] == "h3"
+        })
+        .expect("the pair towards h3 is in the columns");
+    assert_eq!(cells["score"][towards], 0.0, "{columns}");
+    assert_eq!(cells["state"][towards], "degraded", "{columns}");
+    assert!(cells["markers"][towards]
+        .as_array()
+        .unwrap()
+        .contains(&json!("timeout")));
+    for (query, message) in [
+        ("layout=grid", "'layout': 'grid' is not a layout"),
+        ("max_age=721h", "'max_age': at most 720h"),
+    ] {
+        let (status, body) = reader.get(&format!("/api/v1/health/matrix?{query}")).await;
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains(message),
+            "{query}: {body}"
+        );
+    }
 
     for (_, (stop, handle)) in agents {
         let _ = stop.send(true);

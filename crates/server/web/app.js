@@ -155,6 +155,23 @@ function throttled(refresh, ms) {
 
 // ---- the matrix canvas (grid and heat map) --------------------------------------
 
+// A CSS colour (#rrggbb or rgb(r,g,b)) as one pixel of an ImageData's Uint32Array
+// (little-endian RGBA), cached: a page uses a few hundred colours at most.
+const packedColours = new Map();
+function packed(colour) {
+  let value = packedColours.get(colour);
+  if (value === undefined) {
+    const [r, g, b] = colour.startsWith('#')
+      ? [1, 3, 5].map((at) => parseInt(colour.slice(at, at + 2), 16))
+      : colour.match(/\d+/g).map(Number);
+    value = ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+    packedColours.set(colour, value);
+  }
+  return value;
+}
+const HATCH = packed('#f5f5f5');
+const DIAGONAL = { colour: '#f0f0f0', stale: false };
+
 // Draws an n×n matrix of agents on a canvas; each cell is painted by `paint`, either
 // one colour or two triangles (row→column above the diagonal of the cell, the reverse
 // below). Arrow keys move a focus cell, Enter opens it; the details line describes
@@ -168,15 +185,17 @@ class Matrix {
       'aria-label': `${labels.length} by ${labels.length} matrix of agent pairs; use the arrow keys to move between cells and Enter to open one`,
     });
     this.details = el('div', { class: 'details', 'aria-live': 'polite' }, 'Hover over a cell, or focus the matrix and use the arrow keys.');
-    this.node = el('div', {}, el('div', { class: 'matrix-wrap' }, this.canvas), this.details);
+    // The focused cell's outline is a box over the canvas: moving it repaints nothing.
+    this.focusBox = el('div', { class: 'matrix-focus', hidden: true });
+    this.node = el('div', {}, el('div', { class: 'matrix-wrap' }, this.canvas, this.focusBox), this.details);
     this.canvas.addEventListener('mousemove', (event) => this.hover(event));
     this.canvas.addEventListener('click', (event) => {
       const cell = this.cellAt(event);
       if (cell) this.open(cell.row, cell.column);
     });
     this.canvas.addEventListener('keydown', (event) => this.key(event));
-    this.canvas.addEventListener('focus', () => { this.focused = true; this.draw(); this.say(this.focus); });
-    this.canvas.addEventListener('blur', () => { this.focused = false; this.draw(); });
+    this.canvas.addEventListener('focus', () => { this.focused = true; this.showFocus(); this.say(this.focus); });
+    this.canvas.addEventListener('blur', () => { this.focused = false; this.showFocus(); });
   }
 
   layout(width) {
@@ -222,18 +241,7 @@ class Matrix {
         g.restore();
       }
     }
-    for (let row = 0; row < n; row++) {
-      for (let column = 0; column < n; column++) {
-        const x = offset + column * cell;
-        const y = offset + row * cell;
-        if (row === column) {
-          g.fillStyle = '#f0f0f0';
-          g.fillRect(x, y, cell, cell);
-          continue;
-        }
-        this.paintCell(g, x, y, cell, this.paint(row, column));
-      }
-    }
+    this.paintCells(g, offset, cell, n);
     // Group boundaries (a zone, a site): dark lines between blocks.
     g.strokeStyle = '#1b1b1b';
     g.lineWidth = 1.5;
@@ -244,45 +252,79 @@ class Matrix {
       g.moveTo(at, offset); g.lineTo(at, offset + n * cell);
       g.stroke();
     }
-    if (this.focused) {
-      g.strokeStyle = '#000';
-      g.lineWidth = 2.5;
-      g.strokeRect(offset + this.focus.column * cell + 1, offset + this.focus.row * cell + 1, cell - 2, cell - 2);
-    }
+    this.showFocus();
   }
 
-  // `look` is {colour, stale, mark} or {forward: look, reverse: look}.
-  paintCell(g, x, y, size, look) {
-    const triangle = (part, points) => {
-      g.beginPath();
-      g.moveTo(...points[0]); g.lineTo(...points[1]); g.lineTo(...points[2]); g.closePath();
-      g.fillStyle = part.colour;
-      g.fill();
-      if (part.stale && size >= 6) {
-        // Stale: hatched, so it reads as "not current" without relying on colour.
-        g.save(); g.clip();
-        g.strokeStyle = '#ffffffcc'; g.lineWidth = 1;
-        for (let d = -size; d < size; d += 4) {
-          g.beginPath(); g.moveTo(x + d, y); g.lineTo(x + d + size, y + size); g.stroke();
+  showFocus() {
+    const { cell, labelSize: offset, focus } = this;
+    this.focusBox.hidden = !this.focused;
+    Object.assign(this.focusBox.style, {
+      left: `${offset + focus.column * cell}px`, top: `${offset + focus.row * cell}px`,
+      width: `${cell}px`, height: `${cell}px`,
+    });
+  }
+
+  // Cells are written pixel by pixel (90 000 cells of a 300-agent grid as canvas
+  // paths would take half a second), a band of rows at a time so the pixel buffer
+  // stays small; marks are drawn as text on top where cells are big enough to hold
+  // them. `paint(row, column)` gives a look {colour, stale, mark}, or
+  // {forward: look, reverse: look} for the two triangles.
+  paintCells(g, offset, cell, n) {
+    const ratio = window.devicePixelRatio || 1;
+    const edge = (index) => Math.round(index * cell * ratio);
+    const side = edge(n);
+    if (side === 0) return;
+    const origin = Math.round(offset * ratio);
+    const gap = Math.max(1, Math.round(ratio));
+    const hatch = cell >= 6;
+    const bandRows = Math.max(1, Math.floor(256 / Math.max(1, edge(1))));
+    // One buffer serves every band (a band's height may differ by a rounded pixel).
+    const image = g.createImageData(side, Math.min(side, edge(bandRows) + 1));
+    const pixels = new Uint32Array(image.data.buffer);
+    const marks = [];
+    for (let first = 0; first < n; first += bandRows) {
+      const last = Math.min(n, first + bandRows);
+      const top = edge(first);
+      pixels.fill(0);
+      const fill = (x0, y0, size, forward, reverse) => {
+        const s = size - gap;
+        const [a, b] = [packed(forward.colour), packed(reverse.colour)];
+        const [aHatched, bHatched] = [forward.stale && hatch, reverse.stale && hatch];
+        for (let py = 0; py < s; py++) {
+          let at = (y0 - top + py) * side + x0;
+          for (let px = 0; px < s; px++, at++) {
+            const upper = px + py < s;
+            const hatched = upper ? aHatched : bHatched;
+            // Stale: hatched, so it reads as "not current" without relying on colour.
+            pixels[at] = hatched && (px - py) % 4 === 0 ? HATCH : upper ? a : b;
+          }
         }
-        g.restore();
+      };
+      for (let row = first; row < last; row++) {
+        const y0 = edge(row);
+        for (let column = 0; column < n; column++) {
+          const x0 = edge(column);
+          const size = Math.min(edge(column + 1) - x0, edge(row + 1) - y0);
+          if (row === column) {
+            fill(x0, y0, size + gap, DIAGONAL, DIAGONAL);
+            continue;
+          }
+          const look = this.paint(row, column);
+          const [forward, reverse] = look.forward ? [look.forward, look.reverse] : [look, look];
+          fill(x0, y0, size, forward, reverse);
+          if (cell >= 14 && (forward.mark || reverse.mark)) marks.push([row, column, forward.mark, reverse.mark]);
+        }
       }
-      if (part.mark && size >= 14) {
-        const cx = (points[0][0] + points[1][0] + points[2][0]) / 3;
-        const cy = (points[0][1] + points[1][1] + points[2][1]) / 3;
-        g.fillStyle = '#000';
-        g.textAlign = 'center'; g.textBaseline = 'middle';
-        g.font = `${Math.round(size / 2.4)}px system-ui, sans-serif`;
-        g.fillText(part.mark, cx, cy);
-      }
-    };
-    const s = size - 1;
-    if (look.forward) {
-      triangle(look.forward, [[x, y], [x + s, y], [x, y + s]]);
-      triangle(look.reverse, [[x + s, y], [x + s, y + s], [x, y + s]]);
-    } else {
-      triangle(look, [[x, y], [x + s, y], [x, y + s]]);
-      triangle(look, [[x + s, y], [x + s, y + s], [x, y + s]]);
+      g.putImageData(image, origin, origin + top, 0, 0, side, edge(last) - top);
+    }
+    g.fillStyle = '#000';
+    g.textAlign = 'center';
+    g.textBaseline = 'middle';
+    g.font = `${Math.round(cell / 2.4)}px system-ui, sans-serif`;
+    for (const [row, column, upper, lower] of marks) {
+      const [x, y] = [offset + column * cell, offset + row * cell];
+      if (upper) g.fillText(upper, x + cell / 3, y + cell / 3);
+      if (lower) g.fillText(lower, x + (2 * cell) / 3, y + (2 * cell) / 3);
     }
   }
 
@@ -327,7 +369,7 @@ class Matrix {
         row: Math.min(n - 1, Math.max(0, this.focus.row + dr)),
         column: Math.min(n - 1, Math.max(0, this.focus.column + dc)),
       };
-      this.draw();
+      this.showFocus();
       this.say(this.focus);
       event.preventDefault();
     } else if (event.key === 'Enter' && this.focus.row !== this.focus.column) {
@@ -358,37 +400,70 @@ const pairLink = (client, server) => `#/pair/${encodeURIComponent(client)}/${enc
 
 const gridSettings = { metric: 'rtt_median_us', group: '', sort: 'name', hysteresis: 3 };
 
+// A grid's cells as the API's columns (arrays indexed by cell; `client` and `server`
+// index `names`), with an n×n table from a pair to its cell: no object per cell, so a
+// 300-agent grid (89 700 cells) stays a few megabytes of page memory.
+class GridData {
+  constructor({ metric, names, tags, scale, columns }) {
+    Object.assign(this, { metric, names, tags, scale, columns });
+    this.size = columns.client.length;
+    this.position = new Map(names.map((name, index) => [name, index]));
+    const n = names.length;
+    this.at = new Int32Array(n * n).fill(-1);
+    for (let i = 0; i < this.size; i++) this.at[columns.client[i] * n + columns.server[i]] = i;
+  }
+
+  // The cell of client → server (agent positions in `names`), or -1.
+  index(client, server) { return this.at[client * this.names.length + server]; }
+
+  state(i) { return this.columns.state[i]; }
+
+  stale(i) { return this.columns.stale?.[i] ?? false; }
+
+  // One cell as an object, for words and tables.
+  cell(i) {
+    if (i < 0) return undefined;
+    const c = this.columns;
+    return {
+      client: this.names[c.client[i]], server: this.names[c.server[i]], value: c.value[i],
+      baseline: c.baseline?.[i] ?? null, state: c.state[i], latest: c.latest_state?.[i] ?? c.state[i],
+      age: c.age_s[i], stale: this.stale(i), results: c.results?.[i] ?? 1, markers: c.markers?.[i],
+    };
+  }
+}
+
 // The grid's cells from /api/v1/grid, or from the health matrix for `health`.
 async function loadGrid(settings) {
   if (settings.metric === 'health') {
-    const matrix = await api('/api/v1/health/matrix');
+    const matrix = await api('/api/v1/health/matrix?layout=columns');
     const tags = Object.fromEntries(matrix.hosts.map((host) => [host.name, host.zone ? { zone: host.zone } : {}]));
-    const cells = new Map();
-    for (const pair of matrix.pairs) {
-      if (pair.score === null || pair.score === undefined) continue;
-      const state = pair.markers.includes('timeout') ? 'critical' : pair.state === 'degraded' ? 'warning' : 'ok';
-      cells.set(`${pair.client}\n${pair.server}`, {
-        client: pair.client, server: pair.server, value: pair.score, baseline: null, state,
-        latest: state, age: pair.age_s, stale: false, results: 1, markers: pair.markers,
-      });
-    }
-    return { metric: 'health', names: matrix.hosts.map((host) => host.name), tags, cells };
-  }
-  const answer = await api(`/api/v1/grid?${query({ metric: settings.metric, hysteresis: settings.hysteresis })}`);
-  const names = answer.agents.map((agent) => agent.name);
-  const tags = Object.fromEntries(answer.agents.map((agent) => [agent.name, agent.tags]));
-  const c = answer.cells;
-  const cells = new Map();
-  for (let i = 0; i < c.client.length; i++) {
-    const client = names[c.client[i]];
-    const server = names[c.server[i]];
-    cells.set(`${client}\n${server}`, {
-      client, server, value: c.value[i], baseline: c.baseline[i], state: c.state[i],
-      latest: c.latest_state[i], age: c.age_s[i], stale: c.stale[i], results: c.results[i],
+    const p = matrix.pairs;
+    const scored = [...p.score.keys()].filter((i) => p.score[i] !== null);
+    const pick = (column) => scored.map((i) => column[i]);
+    const state = scored.map((i) => (p.markers[i].includes('timeout') ? 'critical' : p.state[i] === 'degraded' ? 'warning' : 'ok'));
+    return new GridData({
+      metric: 'health', names: matrix.hosts.map((host) => host.name), tags,
+      columns: { client: pick(p.client), server: pick(p.server), value: pick(p.score), state, age_s: pick(p.age_s), markers: pick(p.markers) },
     });
   }
-  return { metric: answer.metric, names, tags, cells, scale: answer.scale };
+  const answer = await api(`/api/v1/grid?${query({ metric: settings.metric, hysteresis: settings.hysteresis })}`);
+  return new GridData({
+    metric: answer.metric,
+    names: answer.agents.map((agent) => agent.name),
+    tags: Object.fromEntries(answer.agents.map((agent) => [agent.name, agent.tags])),
+    scale: answer.scale,
+    columns: answer.cells,
+  });
 }
+
+// How a grid cell looks, by state (and staleness); one object each, shared by cells.
+const LOOKS = { unknown: { colour: COLOURS.unknown, mark: '' } };
+for (const [state, mark] of [['ok', ''], ['warning', '!'], ['critical', '✕']]) {
+  LOOKS[state] = { colour: COLOURS[state], stale: false, mark };
+  LOOKS[`${state} stale`] = { colour: COLOURS[state], stale: true, mark };
+}
+// Worst first: one critical cell outweighs any number of warnings on a 300-agent grid.
+const BADNESS = { ok: 0, warning: 1, critical: 1000 };
 
 const severity = (cell) => (cell ? STATES.indexOf(cell.state) + (cell.stale ? 0.5 : 0) : -1);
 
@@ -419,8 +494,8 @@ async function gridView() {
     el('option', { value: 'name', selected: settings.sort === 'name' }, 'by name'),
     el('option', { value: 'worst', selected: settings.sort === 'worst' }, 'worst first'));
   const hysteresisInput = el('input', {
-    id: 'grid-hysteresis', type: 'number', min: '1', max: '100', value: String(settings.hysteresis),
-    onchange: (event) => { settings.hysteresis = Math.max(1, Math.min(100, Number(event.target.value) || 3)); reload(); },
+    id: 'grid-hysteresis', type: 'number', min: '1', max: '10', value: String(settings.hysteresis),
+    onchange: (event) => { settings.hysteresis = Math.max(1, Math.min(10, Number(event.target.value) || 3)); reload(); },
   });
   controls.append(
     el('label', {}, 'Colour by', metricSelect),
@@ -433,40 +508,47 @@ async function gridView() {
     const tagsOf = (name) => data.tags[name] ?? {};
     const tagNames = [...new Set(Object.values(data.tags).flatMap((tags) => Object.keys(tags)))].sort();
     groupSelect.replaceChildren(el('option', { value: '' }, 'none'),
-      tagNames.map((tag) => el('option', { value: tag, selected: tag === settings.group }, tag)));
+      ...tagNames.map((tag) => el('option', { value: tag, selected: tag === settings.group }, tag)));
     let { order, boundaries } = grouped(data.names, tagsOf, settings.group);
+    const states = data.columns.state;
     if (settings.sort === 'worst') {
       // Worst first within each group: by the count of critical, then warning, cells.
-      const badness = new Map(order.map((name) => [name, 0]));
-      for (const cell of data.cells.values()) {
-        const weight = [0, 1, 1000][STATES.indexOf(cell.state)] ?? 0;
-        badness.set(cell.client, badness.get(cell.client) + weight);
-        badness.set(cell.server, badness.get(cell.server) + weight);
+      const badness = new Float64Array(data.names.length);
+      for (let i = 0; i < data.size; i++) {
+        const weight = BADNESS[states[i]] ?? 0;
+        badness[data.columns.client[i]] += weight;
+        badness[data.columns.server[i]] += weight;
       }
+      const bad = (name) => badness[data.position.get(name)];
       const groupOf = (name) => (settings.group ? tagsOf(name)[settings.group] ?? '\uffff' : '');
-      order = [...order].sort((a, b) => groupOf(a).localeCompare(groupOf(b)) || badness.get(b) - badness.get(a) || a.localeCompare(b));
+      order = [...order].sort((a, b) => groupOf(a).localeCompare(groupOf(b)) || bad(b) - bad(a) || a.localeCompare(b));
     }
-    const cellOf = (client, server) => data.cells.get(`${client}\n${server}`);
-    const look = (cell) => (cell
-      ? { colour: COLOURS[cell.state], stale: cell.stale, mark: { ok: '', warning: '!', critical: '✕' }[cell.state] }
-      : { colour: COLOURS.unknown, mark: '' });
+    // Row/column → the agent's position in data.names.
+    const agent = order.map((name) => data.position.get(name));
+    const cellOf = (row, column) => data.index(agent[row], agent[column]);
+    const look = (i) => (i < 0 ? LOOKS.unknown : LOOKS[`${states[i]}${data.stale(i) ? ' stale' : ''}`]);
     const previous = matrix?.labels.join('\n') === order.join('\n') ? matrix : null;
     matrix = new Matrix({
       labels: order,
       groups: boundaries,
-      paint: (row, column) => ({ forward: look(cellOf(order[row], order[column])), reverse: look(cellOf(order[column], order[row])) }),
+      paint: (row, column) => ({ forward: look(cellOf(row, column)), reverse: look(cellOf(column, row)) }),
       describe: (row, column) => {
         const [a, b] = [order[row], order[column]];
-        return `${describeCell(data.metric, a, b, cellOf(a, b))}. ${describeCell(data.metric, b, a, cellOf(b, a))}.`;
+        return `${describeCell(data.metric, a, b, data.cell(cellOf(row, column)))}. ${describeCell(data.metric, b, a, data.cell(cellOf(column, row)))}.`;
       },
       open: (row, column) => { location.hash = pairLink(order[row], order[column]); },
     });
-    const worst = [...data.cells.values()]
-      .filter((cell) => cell.state !== 'ok' || cell.stale)
+    const flagged = [];
+    const counts = Object.fromEntries(STATES.map((state) => [state, 0]));
+    let stale = 0;
+    for (let i = 0; i < data.size; i++) {
+      counts[states[i]] += 1;
+      if (data.stale(i)) stale += 1;
+      if (states[i] !== 'ok' || data.stale(i)) flagged.push(data.cell(i));
+    }
+    const worst = flagged
       .sort((a, b) => severity(b) - severity(a) || a.client.localeCompare(b.client) || a.server.localeCompare(b.server))
       .slice(0, 50);
-    const counts = STATES.map((state) => `${[...data.cells.values()].filter((cell) => cell.state === state).length} ${state}`);
-    const stale = [...data.cells.values()].filter((cell) => cell.stale).length;
     body.replaceChildren(
       el('div', { class: 'legend' },
         el('span', {}, el('span', { class: 'swatch', style: `background:${COLOURS.ok}` }), 'ok'),
@@ -475,7 +557,7 @@ async function gridView() {
         el('span', {}, el('span', { class: 'swatch', style: `background:${COLOURS.unknown}` }), 'no result'),
         el('span', {}, 'hatched: stale'),
         el('span', { class: 'muted' }, 'upper-left triangle: row → column; lower-right: column → row')),
-      el('p', { id: 'grid-summary' }, `${data.names.length} agents, ${data.cells.size} measured pairs: ${counts.join(', ')}, ${stale} stale.`),
+      el('p', { id: 'grid-summary' }, `${data.names.length} agents, ${data.size} measured pairs: ${STATES.map((state) => `${counts[state]} ${state}`).join(', ')}, ${stale} stale.`),
       matrix.node,
       el('h2', {}, 'Pairs that need a look'),
       worst.length === 0
@@ -518,8 +600,7 @@ async function gridView() {
 
 // Cividis-like ramp (perceptually uniform, colour-blind safe) from score 0 to 1.
 const RAMP = ['#00204c', '#414d6b', '#7c7b78', '#bcaf6f', '#ffe945'];
-function ramp(score) {
-  const position = Math.max(0, Math.min(1, score)) * (RAMP.length - 1);
+function rampColour(position) {
   const low = Math.floor(position);
   const high = Math.min(RAMP.length - 1, low + 1);
   const t = position - low;
@@ -527,42 +608,49 @@ function ramp(score) {
   const mix = [0, 1, 2].map((index) => Math.round(channel(RAMP[low], index) * (1 - t) + channel(RAMP[high], index) * t));
   return `rgb(${mix.join(',')})`;
 }
+// 256 steps are finer than the eye tells apart, and keep a heat map to 256 colours.
+const RAMP_STEPS = Array.from({ length: 256 }, (_, step) => rampColour((step / 255) * (RAMP.length - 1)));
+const ramp = (score) => RAMP_STEPS[Math.round(Math.max(0, Math.min(1, score)) * 255)];
 
 async function heatmapView() {
   view.replaceChildren(el('h1', {}, 'Health heat map'), el('p', { class: 'muted' }, 'Loading…'));
   async function reload() {
     let matrix;
     try {
-      matrix = await api('/api/v1/health/matrix');
+      matrix = await api('/api/v1/health/matrix?layout=columns');
     } catch (error) {
       view.replaceChildren(el('h1', {}, 'Health heat map'), el('p', { class: 'error', role: 'alert' }, `Cannot load the health matrix: ${error.message}`));
       return;
     }
+    const names = matrix.hosts.map((host) => host.name);
     const zoneOf = Object.fromEntries(matrix.hosts.map((host) => [host.name, host.zone ?? '']));
-    const { order, boundaries } = grouped(matrix.hosts.map((host) => host.name), (name) => ({ zone: zoneOf[name] }), 'zone');
-    const pairs = new Map(matrix.pairs.map((pair) => [`${pair.client}\n${pair.server}`, pair]));
-    const scored = matrix.pairs.filter((pair) => pair.score !== null && pair.score !== undefined).length;
+    const { order, boundaries } = grouped(names, (name) => ({ zone: zoneOf[name] }), 'zone');
+    const p = matrix.pairs;
+    const data = new GridData({ metric: 'health', names, tags: {}, columns: { ...p, value: p.score } });
+    const agent = order.map((name) => data.position.get(name));
+    const pairOf = (row, column) => data.index(agent[row], agent[column]);
+    const scored = p.score.filter((score) => score !== null).length;
     const heat = new Matrix({
       labels: order,
       groups: boundaries,
       paint: (row, column) => {
-        const pair = pairs.get(`${order[row]}\n${order[column]}`);
-        return pair && pair.score !== null && pair.score !== undefined
-          ? { colour: ramp(pair.score), mark: pair.state === 'degraded' ? '!' : '' }
-          : { colour: COLOURS.unknown, mark: '' };
+        const i = pairOf(row, column);
+        return i >= 0 && p.score[i] !== null
+          ? { colour: ramp(p.score[i]), mark: p.state[i] === 'degraded' ? '!' : '' }
+          : LOOKS.unknown;
       },
       describe: (row, column) => {
-        const pair = pairs.get(`${order[row]}\n${order[column]}`);
+        const i = pairOf(row, column);
         const where = `${order[row]} (zone ${zoneOf[order[row]] || 'none'}) → ${order[column]} (zone ${zoneOf[order[column]] || 'none'})`;
-        if (!pair || pair.score === null || pair.score === undefined) return `${where}: no recent health round`;
-        return `${where}: score ${pair.score.toFixed(2)}, ${pair.state}${pair.markers.length ? `, markers ${pair.markers.join(' ')}` : ''}, ${ago(pair.age_s)}`;
+        if (i < 0 || p.score[i] === null) return `${where}: no recent health round`;
+        return `${where}: score ${p.score[i].toFixed(2)}, ${p.state[i]}${p.markers[i].length ? `, markers ${p.markers[i].join(' ')}` : ''}, ${ago(p.age_s[i])}`;
       },
       open: (row, column) => { location.hash = pairLink(order[row], order[column]); },
     });
     const zones = [...new Set(order.map((name) => zoneOf[name] || 'none'))];
     view.replaceChildren(
       el('h1', {}, 'Health heat map'),
-      el('p', {}, `Health score of each ordered pair (Chard et al., FGCS 2015), rows and columns ordered by zone: ${zones.join(', ')}. ${scored} of ${matrix.pairs.length} pairs scored.`),
+      el('p', {}, `Health score of each ordered pair (Chard et al., FGCS 2015), rows and columns ordered by zone: ${zones.join(', ')}. ${scored} of ${names.length * (names.length - 1)} pairs scored.`),
       el('div', { class: 'legend' }, [0, 0.25, 0.5, 0.75, 1].map((score) => el('span', {},
         el('span', { class: 'swatch', style: `background:${ramp(score)}` }), score.toFixed(2))),
       el('span', {}, el('span', { class: 'swatch', style: `background:${COLOURS.unknown}` }), 'no recent round'),

@@ -75,7 +75,7 @@ fn eq1_normalises_each_size_over_the_hosts_peers_and_weights_larger_sizes_more()
         icmp_round([300.0, 400.0, 800.0]),
     );
     let rounds = BTreeMap::from([("B", &b), ("C", &c), ("D", &d)]);
-    let metrics = metrics_for_host(&rounds);
+    let metrics = host_metrics(&rounds);
     assert!(close(metrics["B"].icmp.unwrap(), 1.0));
     assert!(close(metrics["C"].icmp.unwrap(), 0.625));
     assert!(close(metrics["D"].icmp.unwrap(), 0.0));
@@ -118,7 +118,7 @@ fn udp_tcp_and_throughput_metrics_follow_their_weights() {
     // P is best on everything but the sandwich; Q the reverse.
     let p = peer(100.0, 200.0, 50.0, 300.0, 1_000_000, &[8e6, 8e6]);
     let q = peer(200.0, 400.0, 10.0, 600.0, 500_000, &[2e6, 6e6]);
-    let metrics = metrics_for_host(&BTreeMap::from([("P", &p), ("Q", &q)]));
+    let metrics = host_metrics(&BTreeMap::from([("P", &p), ("Q", &q)]));
     // P: UDP = 0.5·(1/3·1 + 2/3·1) + 0.5·0 = 0.5; TCP = 1; throughput = 0.5·1 + 0.5·1 = 1.
     assert!(close(metrics["P"].udp.unwrap(), 0.5));
     assert!(close(metrics["P"].tcp.unwrap(), 1.0));
@@ -166,7 +166,7 @@ fn a_peer_that_never_answered_a_part_scores_zero_on_it() {
         icmp: vec![lost(64, 10), lost(512, 10), lost(4096, 10)],
         ..round()
     };
-    let metrics = metrics_for_host(&BTreeMap::from([("B", &b), ("C", &c), ("S", &silent)]));
+    let metrics = host_metrics(&BTreeMap::from([("B", &b), ("C", &c), ("S", &silent)]));
     assert!(close(metrics["S"].icmp.unwrap(), 0.0));
     assert!(close(metrics["B"].icmp.unwrap(), 1.0));
 }
@@ -455,10 +455,18 @@ fn host(name: &str, zone: Option<&str>) -> Host {
     }
 }
 
+/// Eq. 1 over a host's rounds, from the rounds themselves.
+fn host_metrics<'a>(rounds: &BTreeMap<&'a str, &HealthResult>) -> BTreeMap<&'a str, Parts> {
+    let features: Vec<RoundFeatures> = rounds.values().map(|r| RoundFeatures::of(r)).collect();
+    let parts = metrics_for_host(&features.iter().collect::<Vec<_>>());
+    rounds.keys().copied().zip(parts).collect()
+}
+
+/// A round as the matrix sees it (its features and markers live for the test).
 fn observation<'a>(
     client: &'a str,
     server: &'a str,
-    result: &'a HealthResult,
+    result: &HealthResult,
     markers: Vec<MarkerKind>,
 ) -> Observation<'a> {
     Observation {
@@ -466,8 +474,8 @@ fn observation<'a>(
         server,
         run_id: "run",
         start_us: NOW_US - 60_000_000,
-        result,
-        markers,
+        features: Box::leak(Box::new(RoundFeatures::of(result))),
+        markers: markers.leak(),
     }
 }
 
@@ -516,6 +524,42 @@ fn unmeasured_and_stale_pairs_are_unknown_not_healthy() {
     assert_eq!(score("b"), Some(1.0));
     assert_eq!(score("c"), Some(0.0));
     assert_eq!(matrix.hosts[2].zone.as_deref(), Some("z2"));
+}
+
+#[test]
+fn a_host_no_longer_listed_still_shows_and_a_later_round_of_a_pair_wins() {
+    // "gone" measured a and was measured by it, but is not among the hosts now.
+    let hosts = [host("a", None), host("b", None)];
+    let (near, far) = (
+        icmp_round([100.0, 200.0, 400.0]),
+        icmp_round([300.0, 400.0, 800.0]),
+    );
+    let observations = [
+        observation("a", "gone", &near, vec![]),
+        observation("gone", "a", &near, vec![]),
+        observation("a", "b", &near, vec![]),
+        // A second round of a → b, listed later: it replaces the first.
+        observation("a", "b", &far, vec![MarkerKind::Icmp]),
+    ];
+    let scored = scored(&hosts, &observations, &Weights::default(), NOW_US, HOUR_US);
+    assert_eq!(scored.names, ["a", "b", "gone"]);
+    let matrix = scored.clone().into_matrix();
+    assert_eq!(matrix.pairs.len(), 6);
+    assert_eq!(pair(&matrix, "a", "b").markers, vec![MarkerKind::Icmp]);
+    assert_eq!(pair(&matrix, "gone", "a").state, PairState::Healthy);
+    assert_eq!(pair(&matrix, "b", "gone").state, PairState::Unknown);
+    // The numbered cells say what the named pairs say.
+    for (position, cell) in scored.cells.iter().enumerate() {
+        let (client, server) = (position / 3, position % 3);
+        if client == server {
+            assert!(cell.is_none());
+            continue;
+        }
+        let named = pair(&matrix, scored.names[client], scored.names[server]);
+        assert_eq!(cell.as_ref().and_then(|c| c.score), named.score);
+    }
+    assert_eq!(matrix.hosts.len(), 3);
+    assert_eq!(matrix.hosts[2].name, "gone");
 }
 
 #[test]

@@ -5,19 +5,16 @@ use axum::extract::State;
 use axum::http::Uri;
 use axum::Json;
 use serde::Deserialize;
-use vantage_analysis::grid::{self, SCALES};
+use vantage_analysis::grid::{self, MAX_HYSTERESIS, SCALES};
 use vantage_model::control::Role;
 
 use super::common::{parse_query, positive_us, ApiError, ApiResult, AppState, Caller};
-use crate::grid::{GridAnswer, GridQuery};
+use crate::grid::{GridAnswer, GridQuery, MAX_WINDOW_US};
 
 /// Default window: an hour of a pair's values makes its baseline.
 const DEFAULT_WINDOW_US: i64 = 3_600_000_000;
-/// Longest window: a day (the query reads every value in it).
-const MAX_WINDOW_US: i64 = 86_400_000_000;
 /// Default consecutive results before a cell changes state (MaDDash used 3).
 const DEFAULT_HYSTERESIS: usize = 3;
-const MAX_HYSTERESIS: usize = 100;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,5 +76,7 @@ pub(super) async fn grid(
         window_us,
         hysteresis,
     };
-    Ok(Json(crate::grid::grid(&state.archive, &query).await?))
+    Ok(Json(
+        crate::grid::grid(&state.archive, &state.recent, &query).await?,
+    ))
 }

@@ -2,7 +2,8 @@
 //! relative to a reference host, and weight refitting over archived rounds.
 
 use axum::extract::State;
-use axum::http::{StatusCode, Uri};
+use axum::http::{header, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use vantage_analysis::health::Weights;
@@ -12,8 +13,8 @@ use super::common::{
     current_config, parse_query, parse_time, positive_us, ApiError, ApiResult, AppState, Caller,
 };
 use crate::health::{
-    self, FitAnswer, HealthError, HealthQuery, MatrixAnswer, DEFAULT_MAX_AGE_US,
-    DEFAULT_ROUND_SPAN_US,
+    self, FitAnswer, HealthError, HealthQuery, DEFAULT_MAX_AGE_US, DEFAULT_ROUND_SPAN_US,
+    LONGEST_MAX_AGE_US,
 };
 
 /// Largest `k` a selection may ask for.
@@ -42,6 +43,8 @@ struct MatrixQuery {
     max_age: Option<String>,
     reference: Option<String>,
     k: Option<usize>,
+    /// `pairs` (default: one object per ordered pair) or `columns`.
+    layout: Option<String>,
 }
 
 /// Parses `weights=TP,ICMP,UDP,TCP`.
@@ -96,9 +99,16 @@ impl MatrixQuery {
     }
 
     fn max_age_us(&self) -> ApiResult<i64> {
-        self.max_age
+        let max_age_us = self
+            .max_age
             .as_deref()
-            .map_or(Ok(DEFAULT_MAX_AGE_US), |text| positive_us("max_age", text))
+            .map_or(Ok(DEFAULT_MAX_AGE_US), |text| positive_us("max_age", text))?;
+        if max_age_us > LONGEST_MAX_AGE_US {
+            return Err(ApiError::bad_request(
+                "query parameter 'max_age': at most 720h (30 days)",
+            ));
+        }
+        Ok(max_age_us)
     }
 }
 
@@ -106,13 +116,26 @@ pub(super) async fn matrix(
     State(state): State<AppState>,
     caller: Caller,
     uri: Uri,
-) -> ApiResult<Json<MatrixAnswer>> {
+) -> ApiResult<Response> {
     caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
     let query: MatrixQuery = parse_query(&uri)?;
+    let columns = match query.layout.as_deref() {
+        None | Some("pairs") => false,
+        Some("columns") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "query parameter 'layout': '{other}' is not a layout (pairs or columns)"
+            )))
+        }
+    };
     let config = current_config(&state).await?;
-    Ok(Json(
-        health::health_matrix(&state.archive, &query.health_query(config.as_ref())?).await?,
-    ))
+    let query = query.health_query(config.as_ref())?;
+    Ok(if columns {
+        let body = health::health_columns(&state.archive, &state.recent, &query).await?;
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    } else {
+        Json(health::health_matrix(&state.archive, &state.recent, &query).await?).into_response()
+    })
 }
 
 pub(super) async fn select(
@@ -137,6 +160,7 @@ pub(super) async fn select(
     Ok(Json(
         health::healthy_selection(
             &state.archive,
+            &state.recent,
             &query.health_query(config.as_ref())?,
             reference,
             k,
