@@ -132,6 +132,8 @@ pub struct Cell {
     pub latest_state: CellState,
     /// Median spacing of the results, when there are two or more.
     pub spacing_us: Option<i64>,
+    /// How many values were judged (at most [`MAX_JUDGED_VALUES`]).
+    pub values: usize,
 }
 
 impl MetricScale {
@@ -209,6 +211,7 @@ impl MetricScale {
             state: state.unwrap_or(CellState::Ok),
             latest_state: self.classify(value, baseline),
             spacing_us: (!spacings.is_empty()).then(|| median(spacings) as i64),
+            values: values.len(),
         })
     }
 }
@@ -314,6 +317,7 @@ mod tests {
         let cell = rtt().judge(&series(&values), 3).unwrap();
         assert_eq!(cell.baseline, Some(5e3));
         assert_eq!(cell.state, CellState::Ok);
+        assert_eq!(cell.values, MAX_JUDGED_VALUES);
         // Hysteresis past the most allowed counts as the most allowed.
         let mut values = vec![5e3; 30];
         values.extend([20e3; MAX_HYSTERESIS]);

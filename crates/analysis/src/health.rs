@@ -777,10 +777,10 @@ pub fn scored<'a>(
     let mut located = locate(&mut names, &fresh);
     if located.len() < fresh.len() {
         // A pair measured by a host no longer listed still shows: number it too.
-        let listed: FxHashSet<&str> = names.iter().copied().collect();
+        let mut seen: FxHashSet<&str> = names.iter().copied().collect();
         for observation in &fresh {
             for name in [observation.client, observation.server] {
-                if !listed.contains(name) && !names.contains(&name) {
+                if seen.insert(name) {
                     names.push(name);
                 }
             }

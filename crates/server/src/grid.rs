@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vantage_analysis::grid::{is_stale, Cell, MetricScale, MAX_JUDGED_VALUES};
+use vantage_analysis::grid::{is_stale, Cell, MetricScale};
 
 use crate::archive::{from_us, now_us, Archive, ArchiveError};
 use crate::recent::Recent;
@@ -82,8 +82,8 @@ pub async fn grid(
         .await?;
     let now = now_us();
     let since_us = now - query.window_us;
-    // Each measured pair's judged values, oldest first.
-    let mut judged: Vec<(&str, &str, Cell, i64, usize)> = Vec::new();
+    // Each measured pair's cell, with when its newest result started.
+    let mut judged: Vec<(&str, &str, Cell, i64)> = Vec::new();
     let mut values: Vec<(i64, f64)> = Vec::new();
     for ((client, server), samples) in view.pairs(query.test.as_deref()) {
         values.clear();
@@ -92,12 +92,11 @@ pub async fn grid(
                 .filter(|sample| sample.start_us >= since_us)
                 .map(|sample| (sample.start_us, sample.value)),
         );
-        let values = &values[values.len().saturating_sub(MAX_JUDGED_VALUES)..];
-        let Some(cell) = query.scale.judge(values, query.hysteresis) else {
+        let Some(cell) = query.scale.judge(&values, query.hysteresis) else {
             continue;
         };
         let newest_us = values.last().map_or(now, |&(start_us, _)| start_us);
-        judged.push((client, server, cell, newest_us, values.len()));
+        judged.push((client, server, cell, newest_us));
     }
     for (client, server, ..) in &judged {
         for name in [client, server] {
@@ -112,7 +111,7 @@ pub async fn grid(
         .map(|(position, name)| (name.as_str(), position))
         .collect();
     let mut cells = Cells::default();
-    for (client, server, cell, newest_us, count) in judged {
+    for (client, server, cell, newest_us) in judged {
         cells.client.push(index[client]);
         cells.server.push(index[server]);
         cells.value.push(cell.value);
@@ -123,7 +122,7 @@ pub async fn grid(
         cells
             .stale
             .push(is_stale(newest_us, cell.spacing_us, now, query.window_us));
-        cells.results.push(count);
+        cells.results.push(cell.values);
     }
     Ok(GridAnswer {
         computed_at: from_us(now),
