@@ -70,16 +70,24 @@ fn seconds(duration: Duration) -> String {
 
 /// The demo's measurement configuration: one mesh group, two tasks, and an SLA
 /// contract over both that loopback meets with room to spare.
+///
+/// It is conflict-free by construction at the default periods. A transfer holds its
+/// two agents alone for its reservation, T = 2 s (1 s of test and the 1 s setup
+/// guard), and the campaign leaves a round gap of 2 s, longer than a latency run's
+/// reservation, L = 1.9 s (20 probes 20 ms apart, the 500 ms timeout, the guard).
+/// So within any slip of 4 s (of the 5 s period) a latency run finds L free seconds
+/// after at most one transfer, as T + L = 3.9 s. Shorter latency periods can leave
+/// runs without a start.
 fn demo_config(args: &DemoArgs) -> serde_json::Value {
     serde_json::json!({
         "groups": [{"name": "demo-mesh", "kind": "mesh", "members": ["role=demo"]}],
         "tests": [
-            {"name": "rtt", "type": "latency", "spec": {"count": 20, "interval": "20ms", "timeout": "1s"}},
-            {"name": "bulk", "type": "throughput", "spec": {"duration": "2s"}}
+            {"name": "rtt", "type": "latency", "spec": {"count": 20, "interval": "20ms", "timeout": "500ms"}},
+            {"name": "bulk", "type": "throughput", "spec": {"duration": "1s"}}
         ],
         "tasks": [
             {"name": "latency-mesh", "test": "rtt", "group": "demo-mesh", "every": seconds(args.latency_every), "slip": seconds(args.latency_every * 4 / 5)},
-            {"name": "throughput-mesh", "test": "bulk", "group": "demo-mesh", "every": seconds(args.throughput_every), "directions": "one"}
+            {"name": "throughput-mesh", "test": "bulk", "group": "demo-mesh", "every": seconds(args.throughput_every), "directions": "one", "round_gap": "2s"}
         ],
         "contracts": [
             {"name": "demo-sla", "tasks": ["latency-mesh", "throughput-mesh"], "rate": "100M", "rtt": "10ms", "loss": 0.01}

@@ -71,8 +71,29 @@ enum Command {
     Ticket(cmd_ticket::TicketArgs),
 }
 
+/// Commands that print a report and end take the default SIGPIPE action, as other Unix
+/// tools do: `vantage health matrix | head -3` ends quietly when `head` does, where
+/// Rust's ignored SIGPIPE would make the next `println!` panic. Services keep it
+/// ignored, so a peer closing a socket or pipe is an error they handle.
+fn end_quietly_on_a_closed_pipe(command: &Command) {
+    let service = matches!(
+        command,
+        Command::Endpoint(_) | Command::Server(_) | Command::Agent(_) | Command::Demo(_)
+    );
+    if !service {
+        // SAFETY: called first thing in main, before any other thread exists.
+        let _ = unsafe {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigDfl,
+            )
+        };
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    end_quietly_on_a_closed_pipe(&cli.command);
     match cli.command {
         Command::Lab(args) => cmd_lab::run(args),
         Command::Endpoint(args) => cmd_endpoint::run(args),
@@ -95,10 +116,27 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
     use vantage_model::kinds;
 
     use super::Cli;
+
+    /// The systemd unit docs/install.md offers runs a command line this binary takes.
+    #[test]
+    fn the_agent_unit_example_parses() {
+        let unit = include_str!("../../../docs/examples/vantage-agent.service");
+        let exec = unit
+            .lines()
+            .find_map(|line| line.strip_prefix("ExecStart="))
+            .expect("an ExecStart line");
+        // The token comes from the unit's EnvironmentFile (VANTAGE_TOKEN); %H is the host name.
+        let args = exec
+            .split_whitespace()
+            .map(|word| word.replace("%H", "host-1"))
+            .chain(["--token".to_string(), "t".to_string()]);
+        let parsed = Cli::try_parse_from(args);
+        assert!(parsed.is_ok(), "{exec}: {}", parsed.err().unwrap());
+    }
 
     /// Every option a test kind also takes as a configuration parameter has the kind's
     /// one default, so `vantage latency` and a latency task measure the same way.

@@ -11,11 +11,11 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::demo::Demo;
 use support::{is_root, vantage_bin};
 
 const HOSTS: [&str; 4] = ["a1", "a2", "b1", "b2"];
@@ -44,85 +44,6 @@ fn scenario(lab: &str) -> String {
         "\n[[links]]\nname = \"zones\"\na = \"gw-a\"\nb = \"gw-b\"\nboth = { delay = \"5ms\" }\n",
     );
     text
-}
-
-/// Stops the demo (SIGTERM: it removes its lab) and takes the lab down if it is still there.
-struct DemoGuard {
-    child: Child,
-    lab: String,
-}
-
-impl Drop for DemoGuard {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = Command::new(vantage_bin())
-            .args(["lab", "down", &self.lab])
-            .output();
-    }
-}
-
-/// What the demo's banner says.
-struct Banner {
-    url: String,
-    admin_token: String,
-    reader_token: String,
-}
-
-struct Demo;
-
-impl Demo {
-    /// Starts `vantage demo ARGS` on an ephemeral port and reads its banner; the rest
-    /// of the output is drained (and shown) so the demo never writes to a closed pipe.
-    fn start(args: &[&str], lab: &str) -> (DemoGuard, Banner) {
-        let mut child = Command::new(vantage_bin())
-            .arg("demo")
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start vantage demo --lab");
-        let stdout = child.stdout.take().unwrap();
-        let guard = DemoGuard {
-            child,
-            lab: lab.to_string(),
-        };
-        let (banner, banner_read) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let (mut url, mut admin_token) = (String::new(), String::new());
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                println!("{line}");
-                if let Some(rest) = line.split("server on ").nth(1) {
-                    url = rest.split_whitespace().next().unwrap_or("").to_string();
-                }
-                if let Some(rest) = line.trim().strip_prefix("admin token") {
-                    admin_token = rest.trim().to_string();
-                }
-                if let Some(rest) = line.trim().strip_prefix("reader token") {
-                    let _ = banner.send(Banner {
-                        url: url.clone(),
-                        admin_token: admin_token.clone(),
-                        reader_token: rest.trim().to_string(),
-                    });
-                }
-            }
-        });
-        let banner = banner_read
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the demo prints its server and tokens");
-        (guard, banner)
-    }
 }
 
 fn health(url: &str, token: &str, args: &[&str]) -> Value {
@@ -213,7 +134,7 @@ fn zones_selection_and_a_degraded_link_in_the_lab() {
         "--duration",
         "300s",
     ];
-    let (_guard, banner) = Demo::start(&demo, &lab);
+    let (_guard, banner) = Demo::start(&demo, Some(&lab));
     let (url, token) = (banner.url, banner.reader_token);
     assert!(
         url.starts_with("http://198.18.0.") && !token.is_empty(),
@@ -437,7 +358,7 @@ fn diagnose_names_each_gigabit_app_incident_and_its_segment() {
         "--duration",
         "1200s",
     ];
-    let (_guard, banner) = Demo::start(&demo, "gigabit");
+    let (_guard, banner) = Demo::start(&demo, Some("gigabit"));
     let (url, token) = (banner.url, banner.admin_token);
     // Wait until every agent has registered: a diagnosis before refuses unknown agents.
     let deadline = Instant::now() + Duration::from_secs(60);

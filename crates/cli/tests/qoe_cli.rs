@@ -104,3 +104,33 @@ fn bad_input_is_refused_with_what_and_where() {
     let output = qoe(&["/nonexistent/series.csv"], "");
     assert!(stderr(&output).contains("cannot read /nonexistent/series.csv"));
 }
+
+/// A reader that goes away (`vantage qoe … | head -0`) ends the command quietly by
+/// SIGPIPE, as it does other Unix tools, instead of a panic from `println!`.
+#[test]
+fn a_closed_output_pipe_ends_the_report_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(vantage_bin())
+        .args(["qoe", "-", "--bitrate", "1M", "--video", "20s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vantage qoe");
+    // The reader closes before the command has read its input, so before it prints.
+    drop(child.stdout.take());
+    let _ = child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(SLOW_SERIES.as_bytes());
+    let output = child.wait_with_output().expect("vantage qoe finishes");
+    assert_eq!(
+        output.status.signal(),
+        Some(nix::libc::SIGPIPE),
+        "{:?}: {}",
+        output.status,
+        stderr(&output)
+    );
+    assert!(stderr(&output).is_empty(), "{}", stderr(&output));
+}

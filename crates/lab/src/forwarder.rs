@@ -578,7 +578,8 @@ fn send_frames(tx: RawFd, frames: &[(&[u8], u64)], counters: &AtomicCounters) {
                     tx,
                     messages[next..].as_mut_ptr(),
                     (messages.len() - next) as libc::c_uint,
-                    libc::MSG_DONTWAIT,
+                    // glibc declares the flags an int, musl an unsigned int.
+                    libc::MSG_DONTWAIT as _,
                 )
             };
             if sent > 0 {
@@ -862,17 +863,15 @@ fn run_worker(mut directions: Vec<Direction>) -> ! {
         } else {
             (next_release_ns - now_ns.min(next_release_ns)).saturating_sub(lead.lead_ns())
         };
-        let timeout = libc::timespec {
-            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
-        };
+        // nix builds the timespec whatever width the libc gives time_t.
+        let timeout = nix::sys::time::TimeSpec::from_duration(Duration::from_nanos(wait_ns));
         if wait_ns > 0 {
             // SAFETY: valid pollfds and timespec; a null sigmask keeps the current mask.
             let ready = unsafe {
                 libc::ppoll(
                     polls.as_mut_ptr(),
                     polls.len() as libc::nfds_t,
-                    &timeout,
+                    timeout.as_ref(),
                     std::ptr::null(),
                 )
             };

@@ -18,7 +18,7 @@ pub enum Role {
     Agent,
     /// Apps: publish app metrics and alerts, request on-demand runs.
     Publisher,
-    /// Read-only: queries, subscriptions, OpenMetrics.
+    /// Read-only: queries, subscriptions, `/metrics`.
     Reader,
 }
 

@@ -327,23 +327,42 @@ async fn api_scenario(kind: Kind) {
         body["error"].as_str().unwrap().contains("rtt_avg"),
         "{body}"
     );
-    let metrics = reader
-        .http
-        .get(format!("{}/metrics", server.url()))
-        .bearer_auth(&reader.token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains(
-            "vantage_rtt_median_seconds{client=\"a\",server=\"b\",test=\"latency\"} 0.00015"
+    // The classic text format unless OpenMetrics is asked for (Prometheus asks); each
+    // as the format's reference parsers read it.
+    for (accept, content_type, format) in [
+        (None, "text/plain; version=0.0.4; charset=utf-8", "classic"),
+        (
+            Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "openmetrics",
         ),
-        "{metrics}"
-    );
-    assert!(metrics.ends_with("# EOF\n"));
+    ] {
+        let mut request = reader
+            .http
+            .get(format!("{}/metrics", server.url()))
+            .bearer_auth(&reader.token);
+        if let Some(accept) = accept {
+            request = request.header("accept", accept);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.headers()["content-type"], content_type);
+        assert_eq!(response.headers()["vary"], "accept");
+        let metrics = response.text().await.unwrap();
+        assert!(
+            metrics.contains(
+                "vantage_rtt_median_seconds{client=\"a\",server=\"b\",test=\"latency\"} 0.00015"
+            ),
+            "{metrics}"
+        );
+        let samples = common::exposition_samples(format, &metrics);
+        assert!(
+            samples
+                .iter()
+                .any(|sample| sample["name"] == "vantage_rtt_median_seconds"
+                    && sample["value"].as_f64() == Some(0.00015)),
+            "{samples:?}"
+        );
+    }
     let (status, body) = admin.post("/api/v1/retention", json!({"keep": "1h"})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["deleted"]["results"], 0);
@@ -693,8 +712,8 @@ impl Drop for HookReceiver {
     }
 }
 
-/// The `vantage_archiver_deliveries_total` counter of `archiver` and `outcome` in an
-/// OpenMetrics exposition (0 when absent).
+/// The `vantage_archiver_deliveries_total` counter of `archiver` and `outcome` in the
+/// `/metrics` exposition (0 when absent).
 fn deliveries(metrics: &str, archiver: &str, outcome: &str) -> u64 {
     let series = format!(
         "vantage_archiver_deliveries_total{{archiver=\"{archiver}\",outcome=\"{outcome}\"}} "

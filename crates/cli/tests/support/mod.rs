@@ -2,6 +2,9 @@
 
 use std::path::PathBuf;
 
+#[allow(dead_code)] // only the demo tests start demos
+pub mod demo;
+
 /// The `vantage` binary under test: `VANTAGE_BIN` (CI's release build), else Cargo's.
 pub fn vantage_bin() -> PathBuf {
     std::env::var_os("VANTAGE_BIN")

@@ -93,17 +93,17 @@ pub static KIND: TestKind = TestKind {
 pub const CAPACITY: Metric = Metric {
     name: "capacity_bps",
     pointer: "/summary/capacity_bps",
-    family: "vantage_capacity_bits_per_second",
-    unit: "bits_per_second",
-    scale: 1.0,
+    family: "vantage_capacity_bytes_per_second",
+    unit: "bytes_per_second",
+    scale: 0.125,
     help: "Verified IP-layer capacity B_c − ε of the latest run.",
 };
 pub const TCP: Metric = Metric {
     name: "tcp_bps",
     pointer: "/summary/tcp_bps",
-    family: "vantage_tcp_bits_per_second",
-    unit: "bits_per_second",
-    scale: 1.0,
+    family: "vantage_tcp_bytes_per_second",
+    unit: "bytes_per_second",
+    scale: 0.125,
     help: "Single-stream TCP throughput B_t of the latest capacity run.",
 };
 pub const VERIFIED_LOSS: Metric = Metric {

@@ -112,9 +112,9 @@ pub static KIND: TestKind = TestKind {
 pub const THROUGHPUT_BPS: Metric = Metric {
     name: "health_throughput_bps",
     pointer: "/throughput/mean_bps",
-    family: "vantage_health_throughput_bits_per_second",
-    unit: "bits_per_second",
-    scale: 1.0,
+    family: "vantage_health_throughput_bytes_per_second",
+    unit: "bytes_per_second",
+    scale: 0.125,
     help: "Mean rate of the latest health round's throughput part.",
 };
 /// A derived marker state (0 or 1) the server stores for each round it evaluates.

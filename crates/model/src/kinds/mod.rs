@@ -3,9 +3,9 @@
 //! A kind (pScheduler calls it a test plug-in) owns its parameters with their one
 //! default, their validation, its scheduling class and reservation estimate, who
 //! may take part, whether it can be reversed, how to build the engine's typed spec,
-//! and the summary metrics it exports to the archive and to OpenMetrics. Every
+//! and the summary metrics it exports to the archive and to `/metrics`. Every
 //! kind is one module here plus one line in [`KINDS`]; configuration validation,
-//! the agent's dispatch, the archive, OpenMetrics and the scheduler read this list
+//! the agent's dispatch, the archive, `/metrics` and the scheduler read this list
 //! instead of matching on kind names.
 
 pub mod capacity;
@@ -213,7 +213,7 @@ mod tests {
     #[test]
     fn api_doc_lists_every_metric_and_family() {
         let mut table = String::from(
-            "| metric | test | from the result document | OpenMetrics family | meaning |\n|---|---|---|---|---|\n",
+            "| metric | test | from the result document | exposition family | meaning |\n|---|---|---|---|---|\n",
         );
         for kind in KINDS {
             for metric in kind.metrics {

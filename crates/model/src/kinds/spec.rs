@@ -183,7 +183,7 @@ impl Service {
 }
 
 /// A summary metric a kind exports: where it is in the result document, and how
-/// it appears in OpenMetrics.
+/// it appears in the Prometheus exposition (`/metrics`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Metric {
     /// The archive's and query API's name; the unit is in the name.
@@ -191,9 +191,10 @@ pub struct Metric {
     /// JSON pointer into the result document (RFC 6901); empty for a metric the
     /// server derives from several results (an ingest consumer stores it).
     pub pointer: &'static str,
-    /// OpenMetrics family name (base units).
+    /// Exposition family name, in Prometheus's base units: seconds, ratios, and
+    /// bytes for data (rates in bytes per second; promtool refuses bits).
     pub family: &'static str,
-    /// OpenMetrics unit (empty for counts).
+    /// OpenMetrics unit, the family name's suffix (empty for counts).
     pub unit: &'static str,
     /// Multiplier from the archive's unit to the family's unit.
     pub scale: f64,

@@ -124,17 +124,17 @@ pub static KIND: TestKind = TestKind {
 pub const SENT: Metric = Metric {
     name: "sent_bps",
     pointer: "/summary/sent_bps",
-    family: "vantage_sent_bits_per_second",
-    unit: "bits_per_second",
-    scale: 1.0,
+    family: "vantage_sent_bytes_per_second",
+    unit: "bytes_per_second",
+    scale: 0.125,
     help: "Sender throughput of the latest run.",
 };
 pub const RECEIVED: Metric = Metric {
     name: "received_bps",
     pointer: "/summary/received_bps",
-    family: "vantage_received_bits_per_second",
-    unit: "bits_per_second",
-    scale: 1.0,
+    family: "vantage_received_bytes_per_second",
+    unit: "bytes_per_second",
+    scale: 0.125,
     help: "Receiver throughput of the latest run.",
 };
 pub const RETRANSMITS: Metric = Metric {

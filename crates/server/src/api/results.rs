@@ -1,8 +1,9 @@
-//! Results: uploads (through the ingest pipeline), queries, series, runs, OpenMetrics.
+//! Results: uploads (through the ingest pipeline), queries, series, runs, the
+//! Prometheus exposition.
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -12,7 +13,7 @@ use super::common::{
     parse_body, parse_query, parse_time, ApiError, ApiResult, AppState, Caller, MAX_BATCH,
 };
 use crate::archive::{from_us, now_us, Ingest, IngestRefusal, ResultFilter};
-use crate::openmetrics;
+use crate::exposition;
 
 fn refusal(error: IngestRefusal) -> ApiError {
     match error {
@@ -186,12 +187,23 @@ pub(super) async fn query_runs(
     Ok(Json(serde_json::json!({ "runs": runs })))
 }
 
-pub(super) async fn metrics(State(state): State<AppState>, caller: Caller) -> ApiResult<Response> {
+pub(super) async fn metrics(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
     caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    let format = exposition::Format::negotiate(accept);
     let latest = state.archive.latest_per_pair().await?;
     Ok((
-        [(header::CONTENT_TYPE, openmetrics::CONTENT_TYPE)],
-        openmetrics::render(&latest, &state.archivers.counts()),
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "accept"),
+        ],
+        exposition::render(&latest, &state.archivers.counts(), format),
     )
         .into_response())
 }

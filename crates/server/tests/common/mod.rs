@@ -236,3 +236,31 @@ impl Drop for AgentsGuard {
         }
     }
 }
+
+/// The samples a Prometheus exposition's reference parsers read from `text`
+/// (`scripts/check-exposition FORMAT`), one JSON object each; fails with their message
+/// when they refuse it.
+pub fn exposition_samples(format: &str, text: &str) -> Vec<serde_json::Value> {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/check-exposition");
+    let mut child = Command::new(&script)
+        .arg(format)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run {}: {error}", script.display()));
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "the {format} parsers refused the exposition: {}{}\n{text}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON sample"))
+        .collect()
+}
