@@ -33,7 +33,7 @@ fn two_minutes_of_the_demo_report_no_problem() {
         "{text}"
     );
 
-    // The last summary: every ordered pair of the three agents measured both ways.
+    // The last summary: each of the three pairs has a figure from both meshes.
     let last = output
         .iter()
         .rposition(|line| line.starts_with("-- "))

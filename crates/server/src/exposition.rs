@@ -68,12 +68,11 @@ impl Format {
     }
 
     /// `# HELP` text: both formats escape backslashes and line feeds, OpenMetrics
-    /// also double quotes.
+    /// also double quotes, as in label values.
     fn escape_help(self, help: &str) -> String {
-        let escaped = help.replace('\\', "\\\\").replace('\n', "\\n");
         match self {
-            Format::Classic => escaped,
-            Format::OpenMetrics => escaped.replace('"', "\\\""),
+            Format::Classic => help.replace('\\', "\\\\").replace('\n', "\\n"),
+            Format::OpenMetrics => escape_label(help),
         }
     }
 }
