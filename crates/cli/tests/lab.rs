@@ -625,7 +625,9 @@ fn duplication_corruption_and_reordering_reach_the_wire() {
     );
     let rtts = ping_rtts_ms(&ping);
     let overtaking = rtts.iter().filter(|&&r| r < 5.0).count();
-    let delayed = rtts.iter().filter(|&&r| r >= 10.0).count();
+    // The forwarder starts the delay a frame's measured transit early (about 15 µs), so a
+    // held request can come back a few µs under 10 ms: "delayed" is above 9.5.
+    let delayed = rtts.iter().filter(|&&r| r >= 9.5).count();
     assert!(
         overtaking >= 5 && delayed >= 5,
         "{overtaking} fast, {delayed} delayed: {rtts:?}"
