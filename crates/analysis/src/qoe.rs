@@ -179,7 +179,7 @@ pub fn series_from_intervals(
             let bytes: u64 = interval
                 .streams
                 .iter()
-                .filter(|stream| direction.map_or(true, |wanted| stream.direction == wanted))
+                .filter(|stream| direction.is_none_or(|wanted| stream.direction == wanted))
                 .map(|stream| stream.bytes)
                 .sum();
             RateStep {

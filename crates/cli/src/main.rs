@@ -9,6 +9,7 @@ mod cmd_endpoint;
 mod cmd_health;
 mod cmd_lab;
 mod cmd_latency;
+mod cmd_pcap;
 mod cmd_qoe;
 mod cmd_sandwich;
 mod cmd_server;
@@ -67,6 +68,8 @@ enum Command {
     Sla(cmd_sla::SlaArgs),
     /// Video QoE from a throughput series: playback-buffer stalls and MOS (Rufini et al., Fotonica 2014).
     Qoe(cmd_qoe::QoeArgs),
+    /// Flow records from a packet capture: bytes, retransmissions, handshake RTT, what limited each transfer.
+    Pcap(cmd_pcap::PcapArgs),
     /// Signing keys and test tickets for standalone endpoints (`vantage endpoint --authorized-keys`).
     Ticket(cmd_ticket::TicketArgs),
 }
@@ -111,6 +114,7 @@ fn main() -> std::process::ExitCode {
         Command::Qoe(args) => cmd_qoe::run(args),
         Command::Diagnose(args) => cmd_diagnose::run(args),
         Command::Sla(args) => cmd_sla::run(args),
+        Command::Pcap(args) => cmd_pcap::run(args),
     }
 }
 

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 #[allow(dead_code)] // only the demo tests start demos
 pub mod demo;
+#[allow(dead_code)] // each lab test binary uses part of the harness
+pub mod lab;
 
 /// The `vantage` binary under test: `VANTAGE_BIN` (CI's release build), else Cargo's.
 pub fn vantage_bin() -> PathBuf {

@@ -1,0 +1,179 @@
+//! Reading pcap and pcapng files frame by frame, with what the file says about its own
+//! quality: each frame's captured and original length, and drops an interface reported.
+
+use std::io::Read;
+
+use pcap_parser::pcapng::Block;
+use pcap_parser::{create_reader, PcapBlockOwned, PcapError};
+
+use crate::PassiveError;
+
+/// One captured frame, borrowed from the reader's buffer for the length of a callback.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    /// Capture time, nanoseconds since the Unix epoch.
+    pub time_ns: i64,
+    pub link_type: i32,
+    /// The bytes captured (at most the snapshot length).
+    pub data: &'a [u8],
+    /// The frame's length on the wire.
+    pub original_len: u32,
+}
+
+/// Per-file facts gathered while reading.
+#[derive(Debug, Default, Clone)]
+pub struct FileFacts {
+    pub format: &'static str,
+    /// Snapshot length from the pcap header or the interfaces' descriptions (largest).
+    pub snaplen: Option<u32>,
+    /// Packets the capturing interfaces said they dropped (pcapng statistics blocks);
+    /// `None` when the file carries no such statement (pcap never does).
+    pub dropped_by_interface: Option<u64>,
+}
+
+struct Interface {
+    link_type: i32,
+    units_per_second: u64,
+    offset_s: i64,
+}
+
+/// Reads `input` and calls `on_frame` for every frame in file order.
+pub fn read_frames<R: Read + Send>(
+    input: R,
+    mut on_frame: impl FnMut(Frame<'_>) -> Result<(), PassiveError>,
+) -> Result<FileFacts, PassiveError> {
+    const BUFFER_BYTES: usize = 1 << 20;
+    const MAX_BUFFER_BYTES: usize = 16 << 20;
+    let mut buffer_bytes = BUFFER_BYTES;
+    let mut reader = create_reader(BUFFER_BYTES, input).map_err(|error| match error {
+        PcapError::Eof => PassiveError::Format("the file is empty".into()),
+        PcapError::HeaderNotRecognized => {
+            PassiveError::Format("not a pcap or pcapng file (no known header)".into())
+        }
+        other => PassiveError::Format(format!("cannot read the file's header: {other:?}")),
+    })?;
+    let mut facts = FileFacts::default();
+    let mut interfaces: Vec<Interface> = Vec::new();
+    // pcap: one link type and resolution for the whole file.
+    let mut legacy: Option<(i32, u64)> = None;
+    let mut offset_bytes: u64 = 0;
+    loop {
+        match reader.next() {
+            Ok((consumed, block)) => {
+                match block {
+                    PcapBlockOwned::LegacyHeader(header) => {
+                        facts.format = "pcap";
+                        facts.snaplen = Some(header.snaplen);
+                        let units = if header.is_nanosecond_precision() {
+                            1_000_000_000
+                        } else {
+                            1_000_000
+                        };
+                        legacy = Some((header.network.0, units));
+                    }
+                    PcapBlockOwned::Legacy(packet) => {
+                        let (link_type, units) = legacy.ok_or_else(|| {
+                            PassiveError::Format("a packet before the pcap header".into())
+                        })?;
+                        let fraction_ns = packet.ts_usec as i64 * (1_000_000_000 / units as i64);
+                        on_frame(Frame {
+                            time_ns: packet.ts_sec as i64 * 1_000_000_000 + fraction_ns,
+                            link_type,
+                            data: clip(packet.data, packet.caplen),
+                            original_len: packet.origlen,
+                        })?;
+                    }
+                    PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+                        facts.format = "pcapng";
+                        // Interface numbers restart in each section.
+                        interfaces.clear();
+                    }
+                    PcapBlockOwned::NG(Block::InterfaceDescription(description)) => {
+                        let units_per_second = description.ts_resolution().ok_or_else(|| {
+                            PassiveError::Format(format!(
+                                "interface {} has an invalid timestamp resolution",
+                                interfaces.len()
+                            ))
+                        })?;
+                        if description.snaplen > 0 {
+                            facts.snaplen =
+                                Some(facts.snaplen.unwrap_or(0).max(description.snaplen));
+                        }
+                        interfaces.push(Interface {
+                            link_type: description.linktype.0,
+                            units_per_second,
+                            offset_s: description.ts_offset(),
+                        });
+                    }
+                    PcapBlockOwned::NG(Block::EnhancedPacket(packet)) => {
+                        let interface = interfaces.get(packet.if_id as usize).ok_or_else(|| {
+                            PassiveError::Format(format!(
+                                "a packet on interface {} that the file never described",
+                                packet.if_id
+                            ))
+                        })?;
+                        let ticks = ((packet.ts_high as u64) << 32) | packet.ts_low as u64;
+                        let units = interface.units_per_second;
+                        let seconds = (ticks / units) as i64 + interface.offset_s;
+                        let fraction_ns =
+                            ((ticks % units) as u128 * 1_000_000_000 / units as u128) as i64;
+                        on_frame(Frame {
+                            time_ns: seconds * 1_000_000_000 + fraction_ns,
+                            link_type: interface.link_type,
+                            data: clip(packet.data, packet.caplen),
+                            original_len: packet.origlen,
+                        })?;
+                    }
+                    PcapBlockOwned::NG(Block::InterfaceStatistics(statistics)) => {
+                        if let Some(Ok(dropped)) = statistics.isb_ifdrop() {
+                            // Each statistics block states a running total for its interface;
+                            // the last one of each interface is the capture's figure.
+                            facts.dropped_by_interface = Some(dropped);
+                        }
+                    }
+                    _ => {}
+                }
+                offset_bytes += consumed as u64;
+                reader.consume(consumed);
+            }
+            Err(PcapError::Eof) => break,
+            Err(PcapError::UnexpectedEof) => return Err(ends_inside_a_block(offset_bytes)),
+            Err(PcapError::Incomplete(needed)) => {
+                if reader.reader_exhausted() {
+                    return Err(ends_inside_a_block(offset_bytes));
+                }
+                // A block larger than the buffer: grow it (bounded: pcapng blocks of a
+                // capture hold one frame, and frames are at most 256 KiB).
+                let buffered = reader.data().len();
+                if needed > 0 && buffered + needed > buffer_bytes {
+                    if buffered + needed > MAX_BUFFER_BYTES || !reader.grow(buffered + needed) {
+                        return Err(PassiveError::Format(format!(
+                            "a block at byte {offset_bytes} is larger than {MAX_BUFFER_BYTES} bytes"
+                        )));
+                    }
+                    buffer_bytes = buffered + needed;
+                }
+                reader
+                    .refill()
+                    .map_err(|error| PassiveError::Format(format!("reading: {error:?}")))?;
+            }
+            Err(error) => {
+                return Err(PassiveError::Format(format!(
+                    "malformed block at byte {offset_bytes}: {error:?}"
+                )))
+            }
+        }
+    }
+    Ok(facts)
+}
+
+fn ends_inside_a_block(offset_bytes: u64) -> PassiveError {
+    PassiveError::Format(format!(
+        "the file ends inside a block at byte {offset_bytes} (cut short while copying or capturing?)"
+    ))
+}
+
+/// pcapng pads packet data to 32 bits; the captured length says where the frame ends.
+fn clip(data: &[u8], captured_len: u32) -> &[u8] {
+    &data[..data.len().min(captured_len as usize)]
+}
