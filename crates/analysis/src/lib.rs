@@ -16,14 +16,22 @@
 //! - [`correlation`]: an app metric against a network metric of the same path,
 //!   Pearson and Spearman (1904) over binned series at each lag of a window, and
 //!   the best lag.
+//! - [`fitf`]: InfiniBand congestion as the forced idle time fraction from
+//!   `PortXmitWait` (Alali, PhD dissertation, University of Virginia, 2019, ch. 2),
+//!   per round and per port class.
+//! - [`vddut`]: the display update time of a virtual desktop from its server→client
+//!   packets, VD-DUT (Alali 2019, ch. 5), its Eq. 5.1 decomposition and the video
+//!   quality of slow-motion benchmarking (Nieh et al.).
 //! - [`grid`]: a mesh grid cell's state from a pair's recent values, against
 //!   thresholds and the pair's own baseline, with MaDDash-style hysteresis.
 
 pub mod correlation;
 pub mod diagnosis;
 pub mod fit;
+pub mod fitf;
 pub mod grid;
 pub mod health;
 pub mod qoe;
 pub mod repeat;
 pub mod sla;
+pub mod vddut;

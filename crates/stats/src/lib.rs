@@ -6,6 +6,8 @@
 //! - [`SequenceTracker`]: received / lost / duplicate / reordered accounting (RFC 4737).
 //! - [`split_loss`]: forward vs reverse loss of TWAMP-style exchanges from the
 //!   reflector's own sequence numbers.
+//! - [`mean_ci`], [`t_test`], [`pearson`], [`least_squares`]: the inference of opinion
+//!   studies (MOS with Student-t intervals, Welch or pooled t-tests, Pearson r, slopes).
 //!
 //! Sample values are in whatever unit the caller uses (the result types carry the
 //! unit in their field names, e.g. `rtt_us`). Non-finite samples (NaN, ±inf) are
@@ -13,11 +15,16 @@
 //! Details and sources: `docs/methods.md`.
 
 mod distribution;
+mod inference;
 mod jitter;
 mod loss;
 mod sequence;
 
 pub use distribution::{distribution, percentile, spread, Spread};
+pub use inference::{
+    least_squares, mean_ci, pearson, t_test, InferenceError, LinearFit, MeanCi, Pearson, TTest,
+    TTestKind,
+};
 pub use jitter::{ipdv, jitter, jitter_rfc3550, mean_abs_delta, median_abs_delta};
 pub use loss::{split_loss, Bracket, LossSplit, ProbeFate};
 pub use sequence::{Arrival, SequenceCounts, SequenceTracker};
