@@ -7,8 +7,10 @@ mod cmd_demo;
 mod cmd_diagnose;
 mod cmd_endpoint;
 mod cmd_health;
+mod cmd_ib;
 mod cmd_lab;
 mod cmd_latency;
+mod cmd_mos;
 mod cmd_pcap;
 mod cmd_qoe;
 mod cmd_sandwich;
@@ -70,6 +72,10 @@ enum Command {
     Qoe(cmd_qoe::QoeArgs),
     /// Flow records from a packet capture: bytes, retransmissions, handshake RTT, what limited each transfer.
     Pcap(cmd_pcap::PcapArgs),
+    /// InfiniBand congestion: forced idle time fraction from PortXmitWait (Alali, PhD dissertation, University of Virginia, 2019, ch. 2), from CSV reads or sampled live.
+    Ib(cmd_ib::IbArgs),
+    /// Subjective ratings: MOS with 95 % CIs per condition, pairwise t-tests, Pearson r and slopes against an objective metric (Alali 2019, ch. 5).
+    Mos(cmd_mos::MosArgs),
     /// Signing keys and test tickets for standalone endpoints (`vantage endpoint --authorized-keys`).
     Ticket(cmd_ticket::TicketArgs),
 }
@@ -115,6 +121,8 @@ fn main() -> std::process::ExitCode {
         Command::Diagnose(args) => cmd_diagnose::run(args),
         Command::Sla(args) => cmd_sla::run(args),
         Command::Pcap(args) => cmd_pcap::run(args),
+        Command::Ib(args) => cmd_ib::run(args),
+        Command::Mos(args) => cmd_mos::run(args),
     }
 }
 

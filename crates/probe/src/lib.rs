@@ -9,6 +9,8 @@
 //! - [`tcp_info`], [`cpu`], [`pacing`]: TCP_INFO decoding, measuring-thread CPU
 //!   self-check, packet pacing.
 //! - [`timestamp`], [`clock`], [`mtu`]: kernel stamps, clock sync state, path MTU.
+//! - [`infiniband`]: live `PortXmitWait` reads of InfiniBand ports from sysfs, in the
+//!   rounds of Alali (PhD dissertation, University of Virginia, 2019, ch. 2).
 //! - [`deadline`]: one deadline for a whole setup exchange (trickling peers are cut off).
 
 pub mod capacity;
@@ -18,6 +20,7 @@ pub mod deadline;
 pub mod diagnose;
 pub mod endpoint;
 pub mod health;
+pub mod infiniband;
 pub mod iperf3;
 pub mod latency;
 pub mod mtu;
