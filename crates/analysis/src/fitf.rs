@@ -509,7 +509,7 @@ pub fn parse_perfquery(text: &str) -> Result<PerfqueryRead, FitfError> {
             xmit_wait,
             extended: block.2,
         };
-        if found.as_ref().map_or(true, |earlier| !earlier.extended) {
+        if found.as_ref().is_none_or(|earlier| !earlier.extended) {
             found = Some(read);
         }
     }

@@ -1,14 +1,14 @@
 //! `vantage pcap`: flow records from a packet capture (pcap or pcapng).
 
 use std::fs::File;
-use std::io::BufReader;
-use std::path::PathBuf;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use vantage_model::units::format_rate_bps;
-use vantage_passive::{analyse, CaptureReport, CaptureSide, FlowRecord, Options};
+use vantage_passive::{analyse, CaptureReport, CaptureSide, FlowRecord, Options, PassiveError};
 
 use crate::cmd_latency::{duration_arg, print_json, print_stdout};
 
@@ -46,30 +46,38 @@ pub fn run(args: PcapArgs) -> ExitCode {
         }),
         ..Options::default()
     };
-    let source = args.file.display().to_string();
-    let result = if args.file.as_os_str() == "-" {
-        analyse(BufReader::new(std::io::stdin()), &options)
-    } else {
-        match File::open(&args.file) {
-            Ok(file) => analyse(BufReader::new(file), &options),
-            Err(error) => {
-                eprintln!("vantage pcap: cannot open {source}: {error}");
-                return ExitCode::FAILURE;
-            }
-        }
-    };
-    let report = match result {
-        Ok(report) => report,
-        Err(error) => {
-            eprintln!("vantage pcap: {source}: {error}");
-            return ExitCode::FAILURE;
-        }
+    let Some(report) = read_capture("pcap", &args.file, |input| analyse(input, &options)) else {
+        return ExitCode::FAILURE;
     };
     if args.json {
         print_json("pcap", &report)
     } else {
-        print_stdout("pcap", &render(&source, &report))
+        print_stdout("pcap", &render(&args.file.display().to_string(), &report))
     }
+}
+
+/// Opens FILE (`-`: stdin) and hands it to `analysis`; on failure says what and where on
+/// stderr, as `vantage COMMAND: FILE: reason`, and returns `None`.
+pub(crate) fn read_capture<T>(
+    command: &str,
+    file: &Path,
+    analysis: impl FnOnce(Box<dyn Read + Send>) -> Result<T, PassiveError>,
+) -> Option<T> {
+    let source = file.display();
+    let input: Box<dyn Read + Send> = if file.as_os_str() == "-" {
+        Box::new(BufReader::new(std::io::stdin()))
+    } else {
+        match File::open(file) {
+            Ok(opened) => Box::new(BufReader::new(opened)),
+            Err(error) => {
+                eprintln!("vantage {command}: cannot open {source}: {error}");
+                return None;
+            }
+        }
+    };
+    analysis(input)
+        .map_err(|error| eprintln!("vantage {command}: {source}: {error}"))
+        .ok()
 }
 
 fn render(source: &str, report: &CaptureReport) -> String {

@@ -19,6 +19,7 @@ mod cmd_sla;
 mod cmd_throughput;
 mod cmd_ticket;
 mod cmd_trace;
+mod cmd_vddut;
 mod connection;
 mod daemon;
 mod demo_lab;
@@ -76,6 +77,8 @@ enum Command {
     Ib(cmd_ib::IbArgs),
     /// Subjective ratings: MOS with 95 % CIs per condition, pairwise t-tests, Pearson r and slopes against an objective metric (Alali 2019, ch. 5).
     Mos(cmd_mos::MosArgs),
+    /// Display update times of a thin-client session from its capture (VD-DUT, Alali 2019, ch. 5).
+    Vddut(cmd_vddut::VddutArgs),
     /// Signing keys and test tickets for standalone endpoints (`vantage endpoint --authorized-keys`).
     Ticket(cmd_ticket::TicketArgs),
 }
@@ -121,6 +124,7 @@ fn main() -> std::process::ExitCode {
         Command::Diagnose(args) => cmd_diagnose::run(args),
         Command::Sla(args) => cmd_sla::run(args),
         Command::Pcap(args) => cmd_pcap::run(args),
+        Command::Vddut(args) => cmd_vddut::run(args),
         Command::Ib(args) => cmd_ib::run(args),
         Command::Mos(args) => cmd_mos::run(args),
     }

@@ -6,10 +6,13 @@
 //! `t_SYNACK − t_SYN` near the client), RTT through the flow from TCP timestamps, the
 //! share of the transfer limited by the receive window, by congestion and by the
 //! application, and a throughput series; and per-flow and per-port bandwidth ECDFs
-//! (Bazan-Antequera et al., Narada Metrics). Pure functions over bytes: no sockets.
+//! (Bazan-Antequera et al., Narada Metrics). And a thin client's display update times
+//! (VD-DUT, Alali 2019, ch. 5) from its capture ([`display`]). Pure functions over
+//! bytes: no sockets.
 
 pub mod capture;
 pub mod decode;
+pub mod display;
 pub mod flow;
 pub mod tcp;
 
@@ -301,7 +304,7 @@ fn quality_notes(summary: &CaptureSummary) -> Vec<String> {
     notes
 }
 
-fn format_time(time_ns: i64) -> String {
+pub(crate) fn format_time(time_ns: i64) -> String {
     chrono::DateTime::from_timestamp_nanos(time_ns)
         .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
 }

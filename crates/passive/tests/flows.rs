@@ -1,6 +1,9 @@
 //! Flow analysis over captures built frame by frame, where every figure is known.
 
+mod support;
+
 use etherparse::{PacketBuilder, TcpOptionElement};
+use support::Pcap;
 use vantage_passive::{analyse, CaptureReport, CaptureSide, Options};
 
 const CLIENT: [u8; 4] = [10, 0, 0, 1];
@@ -8,38 +11,6 @@ const SERVER: [u8; 4] = [10, 0, 0, 2];
 const CLIENT_PORT: u16 = 40_000;
 const SERVER_PORT: u16 = 5201;
 const MSS: u32 = 1448;
-
-/// A pcap file (nanosecond timestamps) written record by record.
-struct Pcap {
-    bytes: Vec<u8>,
-}
-
-impl Pcap {
-    fn new(link_type: u32, snaplen: u32) -> Self {
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&0xa1b2_3c4du32.to_le_bytes());
-        bytes.extend_from_slice(&2u16.to_le_bytes());
-        bytes.extend_from_slice(&4u16.to_le_bytes());
-        bytes.extend_from_slice(&0i32.to_le_bytes());
-        bytes.extend_from_slice(&0u32.to_le_bytes());
-        bytes.extend_from_slice(&snaplen.to_le_bytes());
-        bytes.extend_from_slice(&link_type.to_le_bytes());
-        Self { bytes }
-    }
-
-    fn record(&mut self, time_ns: u64, frame: &[u8], snaplen: usize) {
-        let captured = &frame[..frame.len().min(snaplen)];
-        self.bytes
-            .extend_from_slice(&((time_ns / 1_000_000_000) as u32).to_le_bytes());
-        self.bytes
-            .extend_from_slice(&((time_ns % 1_000_000_000) as u32).to_le_bytes());
-        self.bytes
-            .extend_from_slice(&(captured.len() as u32).to_le_bytes());
-        self.bytes
-            .extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        self.bytes.extend_from_slice(captured);
-    }
-}
 
 #[derive(Clone, Copy)]
 enum Link {

@@ -1,0 +1,143 @@
+//! `vantage pcap` and `vantage vddut` as a user meets them: files written here, no root.
+
+mod support;
+
+use std::process::{Command, Output};
+
+use support::vantage_bin;
+
+fn vantage(args: &[&str]) -> Output {
+    Command::new(vantage_bin())
+        .args(args)
+        .output()
+        .expect("run vantage")
+}
+
+/// An Ethernet/IPv4/UDP frame of `frame_len` bytes (checksums left zero: the readers
+/// do not check them, as tshark does not by default).
+fn udp_frame(
+    source: [u8; 4],
+    destination: [u8; 4],
+    destination_port: u16,
+    frame_len: u16,
+) -> Vec<u8> {
+    let ip_len = frame_len - 14;
+    let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
+    frame.extend_from_slice(&[0x45, 0]);
+    frame.extend_from_slice(&ip_len.to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    frame.extend_from_slice(&source);
+    frame.extend_from_slice(&destination);
+    frame.extend_from_slice(&4172u16.to_be_bytes());
+    frame.extend_from_slice(&destination_port.to_be_bytes());
+    frame.extend_from_slice(&(ip_len - 20).to_be_bytes());
+    frame.extend_from_slice(&[0, 0]);
+    frame.resize(usize::from(frame_len), 0);
+    frame
+}
+
+/// A pcap file (microsecond timestamps) of `(time_us, frame)` records.
+fn pcap(records: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    bytes.extend_from_slice(&2u16.to_le_bytes());
+    bytes.extend_from_slice(&4u16.to_le_bytes());
+    for word in [0u32, 0, 65535, 1] {
+        bytes.extend_from_slice(&word.to_le_bytes());
+    }
+    for (time_us, frame) in records {
+        for word in [
+            (time_us / 1_000_000) as u32,
+            (time_us % 1_000_000) as u32,
+            frame.len() as u32,
+            frame.len() as u32,
+        ] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        bytes.extend_from_slice(frame);
+    }
+    bytes
+}
+
+const DESKTOP: [u8; 4] = [10, 1, 0, 1];
+const CLIENT: [u8; 4] = [10, 1, 0, 2];
+
+#[test]
+fn pcap_prints_flows_and_refuses_what_is_not_a_capture() {
+    let directory = tempfile::tempdir().unwrap();
+    let file = directory.path().join("udp.pcap");
+    let records: Vec<(u64, Vec<u8>)> = (0..5)
+        .map(|index| (index * 250_000, udp_frame(DESKTOP, CLIENT, 5004, 1042)))
+        .collect();
+    std::fs::write(&file, pcap(&records)).unwrap();
+    let output = vantage(&["pcap", file.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout.contains("pcap, 5 frames, 5 TCP/UDP packets in 1 flows"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("udp  10.1.0.1:4172 -> 10.1.0.2:5004"),
+        "{stdout}"
+    );
+
+    let output = vantage(&["pcap", file.to_str().unwrap(), "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let flow = &report["flows"][0];
+    assert_eq!(flow["client_to_server"]["payload_bytes"], 5 * 1000);
+    // 5000 bytes over the 1 s from the first to the last packet.
+    assert_eq!(flow["client_to_server"]["throughput_bps"], 40_000.0);
+
+    let not_a_capture = directory.path().join("notes.txt");
+    std::fs::write(&not_a_capture, "these are notes, not packets\n").unwrap();
+    let output = vantage(&["pcap", not_a_capture.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("notes.txt: not a pcap or pcapng file"),
+        "{stderr}"
+    );
+    let output = vantage(&["pcap", "/nonexistent/capture.pcap"]);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("cannot open /nonexistent/capture.pcap")
+    );
+}
+
+#[test]
+fn vddut_prints_each_task_s_update_and_says_when_no_marker_was_captured() {
+    let directory = tempfile::tempdir().unwrap();
+    let file = directory.path().join("session.pcap");
+    let records = vec![
+        (1_000_000, udp_frame(DESKTOP, CLIENT, 9999, 60)),
+        (1_020_000, udp_frame(DESKTOP, CLIENT, 50_000, 1200)),
+        (1_250_000, udp_frame(DESKTOP, CLIENT, 50_000, 1300)),
+        (1_300_000, udp_frame(DESKTOP, CLIENT, 50_000, 110)),
+        (2_900_000, udp_frame(DESKTOP, CLIENT, 50_000, 1400)),
+    ];
+    std::fs::write(&file, pcap(&records)).unwrap();
+    let output = vantage(&[
+        "vddut",
+        file.to_str().unwrap(),
+        "--marker-port",
+        "9999",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let update = &report["tasks"][0]["update"];
+    // The 110-byte frame is idle traffic; the frame 1.65 s later is past the 500 ms gap.
+    assert_eq!(update["vddut_ns"], 250_000_000);
+    assert_eq!(update["update_bytes"], 2500);
+    let output = vantage(&["vddut", file.to_str().unwrap(), "--marker-port", "9999"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("0.250"), "{stdout}");
+
+    let output = vantage(&["vddut", file.to_str().unwrap(), "--marker-port", "7"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no start marker (UDP to port 7)"),
+        "{stderr}"
+    );
+}
