@@ -75,9 +75,13 @@ pub fn read_frames<R: Read + Send>(
                         let (link_type, units) = legacy.ok_or_else(|| {
                             PassiveError::Format("a packet before the pcap header".into())
                         })?;
-                        let fraction_ns = packet.ts_usec as i64 * (1_000_000_000 / units as i64);
+                        let time_ns = capture_time_ns(
+                            i128::from(packet.ts_sec),
+                            i128::from(packet.ts_usec) * i128::from(1_000_000_000 / units),
+                            offset_bytes,
+                        )?;
                         on_frame(Frame {
-                            time_ns: packet.ts_sec as i64 * 1_000_000_000 + fraction_ns,
+                            time_ns,
                             link_type,
                             data: clip(packet.data, packet.caplen),
                             original_len: packet.origlen,
@@ -114,11 +118,13 @@ pub fn read_frames<R: Read + Send>(
                         })?;
                         let ticks = ((packet.ts_high as u64) << 32) | packet.ts_low as u64;
                         let units = interface.units_per_second;
-                        let seconds = (ticks / units) as i64 + interface.offset_s;
-                        let fraction_ns =
-                            ((ticks % units) as u128 * 1_000_000_000 / units as u128) as i64;
+                        let time_ns = capture_time_ns(
+                            i128::from(ticks / units) + i128::from(interface.offset_s),
+                            i128::from(ticks % units) * 1_000_000_000 / i128::from(units),
+                            offset_bytes,
+                        )?;
                         on_frame(Frame {
-                            time_ns: seconds * 1_000_000_000 + fraction_ns,
+                            time_ns,
                             link_type: interface.link_type,
                             data: clip(packet.data, packet.caplen),
                             original_len: packet.origlen,
@@ -165,6 +171,25 @@ pub fn read_frames<R: Read + Send>(
         }
     }
     Ok(facts)
+}
+
+/// Latest capture time accepted: 2^62 ns after 1970 (the year 2116), so that any two
+/// times' difference fits the analysis's signed nanoseconds.
+const LATEST_TIME_NS: i128 = 1 << 62;
+
+fn capture_time_ns(
+    seconds: i128,
+    fraction_ns: i128,
+    offset_bytes: u64,
+) -> Result<i64, PassiveError> {
+    let time_ns = seconds * 1_000_000_000 + fraction_ns;
+    if (0..=LATEST_TIME_NS).contains(&time_ns) {
+        Ok(time_ns as i64)
+    } else {
+        Err(PassiveError::Format(format!(
+            "the packet at byte {offset_bytes} has a timestamp outside 1970 to 2116 ({seconds} s)"
+        )))
+    }
 }
 
 fn ends_inside_a_block(offset_bytes: u64) -> PassiveError {

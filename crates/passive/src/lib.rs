@@ -203,7 +203,7 @@ pub struct BandwidthEcdf {
 pub struct EcdfRow {
     /// The flow's `client -> server`, or the server port with its protocol (`tcp/5201`).
     pub key: String,
-    pub intervals: usize,
+    pub intervals: u64,
     pub rates_bps: Vec<f64>,
 }
 
@@ -449,11 +449,32 @@ const ECDF_PERCENTILES: [f64; 21] = [
     80.0, 85.0, 90.0, 95.0, 100.0,
 ];
 
-fn percentile_rates(mut rates: Vec<f64>) -> Vec<f64> {
+/// The ECDF percentiles of `rates` and `zeros` more intervals of rate 0, by the
+/// definition of `vantage_stats::percentile` (Hyndman and Fan's type 7), without
+/// materialising the zeros: a port's flows can lie years apart in one capture.
+fn percentile_rates(mut rates: Vec<f64>, zeros: u64) -> Vec<f64> {
     rates.sort_by(f64::total_cmp);
+    let count = rates.len() as u64 + zeros;
+    if count == 0 {
+        return Vec::new();
+    }
+    // Rates are never negative, so the zeros come first in sorted order.
+    let value = |rank: u64| {
+        if rank < zeros {
+            0.0
+        } else {
+            rates[(rank - zeros) as usize]
+        }
+    };
     ECDF_PERCENTILES
         .iter()
-        .filter_map(|&percent| vantage_stats::percentile(&rates, percent))
+        .map(|&percent| {
+            let rank = (count - 1) as f64 * percent / 100.0;
+            let lower = rank.floor() as u64;
+            let upper = (lower + 1).min(count - 1);
+            let (low, high) = (value(lower), value(upper));
+            (low + (rank - lower as f64) * (high - low)).clamp(low, high)
+        })
         .collect()
 }
 
@@ -485,12 +506,13 @@ fn bandwidth_ecdf(flows: &[Flow], records: &[FlowRecord], interval_s: f64) -> Ba
         }
         per_flow.push(EcdfRow {
             key: format!("{} {} -> {}", record.protocol, record.client, record.server),
-            intervals: totals.len(),
+            intervals: totals.len() as u64,
             rates_bps: percentile_rates(
                 totals
                     .iter()
                     .map(|&bytes| bytes as f64 * 8.0 / interval_s)
                     .collect(),
+                0,
             ),
         });
     }
@@ -500,17 +522,20 @@ fn bandwidth_ecdf(flows: &[Flow], records: &[FlowRecord], interval_s: f64) -> Ba
             let first = slots.keys().min().copied().unwrap_or(0);
             let last = slots.keys().max().copied().unwrap_or(0);
             // Intervals inside the port's span with no traffic count as zero rate.
-            let rates = (first..=last)
-                .map(|slot| slots.get(&slot).copied().unwrap_or(0) as f64 * 8.0 / interval_s)
-                .collect::<Vec<_>>();
+            let span = (last - first) as u64 + 1;
+            let silent = span - slots.len() as u64;
+            let rates: Vec<f64> = slots
+                .values()
+                .map(|&bytes| bytes as f64 * 8.0 / interval_s)
+                .collect();
             let protocol = match transport {
                 Transport::Tcp => "tcp",
                 Transport::Udp => "udp",
             };
             EcdfRow {
                 key: format!("{protocol}/{port}"),
-                intervals: rates.len(),
-                rates_bps: percentile_rates(rates),
+                intervals: span,
+                rates_bps: percentile_rates(rates, silent),
             }
         })
         .collect();

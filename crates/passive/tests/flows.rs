@@ -509,3 +509,24 @@ fn a_frame_stamped_before_the_one_it_follows_is_not_a_fast_retransmission() {
     assert_eq!(flow.client_to_server.retransmits_by_kind.fast, 0);
     assert_eq!(flow.client_to_server.out_of_order, 1);
 }
+
+#[test]
+fn a_port_s_flows_years_apart_give_its_ecdf_without_listing_every_silent_second() {
+    let mut pcap = Pcap::new(1, 65535);
+    let year_ns = 365 * 86_400 * 1_000_000_000u64;
+    for (index, time) in [0, 1_000_000_000, 3 * year_ns].into_iter().enumerate() {
+        let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
+        PacketBuilder::ipv4([10, 0, 0, 9], [10, 0, 0, 8], 64)
+            .udp(5000 + index as u16, 53)
+            .write(&mut frame, &[0u8; 125])
+            .unwrap();
+        pcap.record(time, &frame, 65535);
+    }
+    let report = report(&pcap.bytes, &Options::default());
+    let port = &report.bandwidth_ecdf.per_port[0];
+    assert_eq!(port.intervals, 3 * 365 * 86_400 + 1);
+    // Three busy seconds of 1000 bits among ~95 million silent ones.
+    assert_eq!(port.rates_bps.first(), Some(&0.0));
+    assert_eq!(port.rates_bps[19], 0.0);
+    assert_eq!(port.rates_bps.last(), Some(&1000.0));
+}
