@@ -314,6 +314,15 @@ fn classify(
     if zero_window_probe || keep_alive || !(payload_len > 0 || flags.syn || flags.fin) {
         return None;
     }
+    // Data the receiver had already acknowledged: spurious, whatever else it looks like
+    // (Wireshark 4.0 checks this first).
+    if payload_len > 0
+        && receiver
+            .last_ack
+            .is_some_and(|acked| acked != 0 && seq_le(seq.wrapping_add(payload_len), acked))
+    {
+        return Some(RetransmitKind::Spurious);
+    }
     let next_seq = sender.next_seq?;
     let mut not_advanced = seq_lt(seq, next_seq);
     // More than one byte starting one below the expected: it follows a window probe.
@@ -332,23 +341,16 @@ fn classify(
     }
     let out_of_order_ns =
         TcpConnection::initial_rtt_ns(handshake).unwrap_or(OUT_OF_ORDER_DEFAULT_NS);
-    if not_advanced
-        && within(time_ns - sender.next_seq_time_ns, out_of_order_ns)
-        && next_seq != seq.wrapping_add(payload_len)
+    let end = seq
+        .wrapping_add(payload_len)
+        .wrapping_add(u32::from(flags.syn || flags.fin));
+    if not_advanced && within(time_ns - sender.next_seq_time_ns, out_of_order_ns) && next_seq != end
     {
         return Some(RetransmitKind::OutOfOrder);
-    }
-    if payload_len > 0
-        && receiver
-            .last_ack
-            .is_some_and(|acked| acked != 0 && seq_le(seq.wrapping_add(payload_len), acked))
-    {
-        return Some(RetransmitKind::Spurious);
     }
     not_advanced.then_some(RetransmitKind::Plain)
 }
 
-/// Probes into a closed window do not advance the sequence space (as in Wireshark).
 /// Whether `elapsed_ns` is in [0, limit). Captures merged from several interfaces (`-i any`)
 /// can put a frame before the one it follows; a negative interval is "not within", as in
 /// Wireshark's unsigned arithmetic.
@@ -356,6 +358,7 @@ fn within(elapsed_ns: i64, limit_ns: i64) -> bool {
     (0..limit_ns).contains(&elapsed_ns)
 }
 
+/// Probes into a closed window do not advance the sequence space (as in Wireshark).
 fn update_sequence_state(
     sender: &mut SenderState,
     time_ns: i64,
