@@ -134,10 +134,12 @@ struct TsharkDirection {
 struct TsharkReading {
     /// Keyed by `sender -> receiver`, each ADDR:PORT as vantage prints it.
     directions: BTreeMap<String, TsharkDirection>,
-    /// `tcp.analysis.ack_rtt` (µs) of each SYN-ACK and of each handshake's final ACK,
-    /// keyed by the client's ADDR:PORT.
+    /// `tcp.analysis.ack_rtt` (µs) of each SYN-ACK (`t_SYNACK − t_SYN`) and of each
+    /// handshake's final ACK (`t_ACK − t_SYNACK`), and `tcp.analysis.initial_rtt`
+    /// (`t_ACK − t_SYN`), keyed by the client's ADDR:PORT.
     syn_ack_rtt_us: BTreeMap<String, f64>,
     final_ack_rtt_us: BTreeMap<String, f64>,
+    initial_rtt_us: BTreeMap<String, f64>,
 }
 
 fn endpoint(address: &str, port: &str) -> String {
@@ -210,15 +212,20 @@ fn tshark(path: &Path) -> TsharkReading {
         }
     }
     // The handshake's ACK: the client's first segment acknowledging sequence 1 (relative).
+    with_rtt.push("tcp.analysis.initial_rtt");
     for row in fields(
         "tcp.flags.syn == 0 && tcp.ack == 1 && tcp.seq == 1 && tcp.analysis.ack_rtt",
         &with_rtt,
     ) {
-        if let Ok(seconds) = row[6].parse::<f64>() {
+        if let (Ok(ack_rtt_s), Ok(initial_rtt_s)) = (row[6].parse::<f64>(), row[7].parse::<f64>()) {
             reading
                 .final_ack_rtt_us
                 .entry(sender(&row))
-                .or_insert(seconds * 1e6);
+                .or_insert(ack_rtt_s * 1e6);
+            reading
+                .initial_rtt_us
+                .entry(sender(&row))
+                .or_insert(initial_rtt_s * 1e6);
         }
     }
     reading
@@ -259,10 +266,20 @@ fn assert_agrees_with_tshark(path: &Path, label: &str) -> Value {
             );
         }
         // dumpcap says it is capturing a moment before it is: the first connection's SYN
-        // can be missed, and then neither tool has a handshake RTT.
+        // can be missed, and then neither tool has a handshake RTT. Near the server the
+        // RTT is t_ACK − t_SYN, tshark's initial RTT; the ACK's own ack_rtt leaves out the
+        // server's turnaround, which the handshake's intervals give apart.
         let reference_us = match flow["capture_side"].as_str() {
             Some("client") => reading.syn_ack_rtt_us.get(&client),
-            Some("server") => reading.final_ack_rtt_us.get(&client),
+            Some("server") => {
+                let ours_us = flow["handshake"]["syn_ack_to_ack_us"].as_f64().unwrap();
+                let theirs_us = reading.final_ack_rtt_us[&client];
+                assert!(
+                    (ours_us - theirs_us).abs() <= 50.0,
+                    "{label} {client}: SYN-ACK to ACK {ours_us} µs, tshark {theirs_us} µs"
+                );
+                reading.initial_rtt_us.get(&client)
+            }
             _ => None,
         };
         match (flow["handshake_rtt_us"].as_f64(), reference_us) {
