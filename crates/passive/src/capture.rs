@@ -35,6 +35,15 @@ struct Interface {
     link_type: i32,
     units_per_second: u64,
     offset_s: i64,
+    /// The interface's latest statistics block's drop count: a running total.
+    dropped: Option<u64>,
+}
+
+/// Adds the drops the interfaces reported to `total` (which stays `None` while none did).
+fn add_drops(total: &mut Option<u64>, interfaces: &[Interface]) {
+    for dropped in interfaces.iter().filter_map(|interface| interface.dropped) {
+        *total = Some(total.unwrap_or(0).saturating_add(dropped));
+    }
 }
 
 /// Reads `input` and calls `on_frame` for every frame in file order.
@@ -90,6 +99,7 @@ pub fn read_frames<R: Read + Send>(
                     PcapBlockOwned::NG(Block::SectionHeader(_)) => {
                         facts.format = "pcapng";
                         // Interface numbers restart in each section.
+                        add_drops(&mut facts.dropped_by_interface, &interfaces);
                         interfaces.clear();
                     }
                     PcapBlockOwned::NG(Block::InterfaceDescription(description)) => {
@@ -107,6 +117,7 @@ pub fn read_frames<R: Read + Send>(
                             link_type: description.linktype.0,
                             units_per_second,
                             offset_s: description.ts_offset(),
+                            dropped: None,
                         });
                     }
                     PcapBlockOwned::NG(Block::EnhancedPacket(packet)) => {
@@ -131,10 +142,13 @@ pub fn read_frames<R: Read + Send>(
                         })?;
                     }
                     PcapBlockOwned::NG(Block::InterfaceStatistics(statistics)) => {
-                        if let Some(Ok(dropped)) = statistics.isb_ifdrop() {
-                            // Each statistics block states a running total for its interface;
-                            // the last one of each interface is the capture's figure.
-                            facts.dropped_by_interface = Some(dropped);
+                        // Each statistics block states a running total for its interface; the
+                        // last one of each interface is its figure, and the capture's is their sum.
+                        let interface = interfaces.get_mut(statistics.if_id as usize);
+                        if let (Some(interface), Some(Ok(dropped))) =
+                            (interface, statistics.isb_ifdrop())
+                        {
+                            interface.dropped = Some(dropped);
                         }
                     }
                     _ => {}
@@ -170,6 +184,7 @@ pub fn read_frames<R: Read + Send>(
             }
         }
     }
+    add_drops(&mut facts.dropped_by_interface, &interfaces);
     Ok(facts)
 }
 
