@@ -258,7 +258,7 @@ pub fn analyse<R: Read + Send>(input: R, options: &Options) -> Result<CaptureRep
         })
         .sum();
     summary.quality = quality_notes(&summary);
-    let bandwidth_ecdf = bandwidth_ecdf(&table.flows, &flows, interval_s);
+    let bandwidth_ecdf = bandwidth_ecdf(&table.flows, &flows, table.interval_ns());
     Ok(CaptureReport {
         capture: summary,
         flows,
@@ -480,8 +480,8 @@ fn percentile_rates(mut rates: Vec<f64>, zeros: u64) -> Vec<f64> {
 
 /// Interval rates of both directions added, per flow and per server port (a port's
 /// flows added interval by interval on the capture's clock).
-fn bandwidth_ecdf(flows: &[Flow], records: &[FlowRecord], interval_s: f64) -> BandwidthEcdf {
-    let interval_ns = (interval_s * 1e9) as i64;
+fn bandwidth_ecdf(flows: &[Flow], records: &[FlowRecord], interval_ns: i64) -> BandwidthEcdf {
+    let interval_s = interval_ns as f64 / 1e9;
     let capture_start_ns = flows.iter().map(|flow| flow.first_ns).min().unwrap_or(0);
     let mut per_port: BTreeMap<(Transport, u16), FxHashMap<i64, u64>> = BTreeMap::new();
     let mut per_flow = Vec::with_capacity(flows.len());

@@ -110,7 +110,7 @@ pub struct TcpConnection {
     pub sides: [SenderState; 2],
     pub handshake: Handshake,
     /// Time-weighted limits of each side as a data sender.
-    pub limits: [LimitTime; 2],
+    limits: [LimitTime; 2],
     last_event_ns: Option<i64>,
 }
 
@@ -259,11 +259,6 @@ impl TcpConnection {
     /// Share of a sender's data phase spent in each limit.
     pub fn limit_time(&self, side: usize) -> LimitTime {
         self.limits[side]
-    }
-
-    /// SYN to the handshake's ACK, µs (Wireshark's `tcp.analysis.initial_rtt`).
-    pub fn initial_rtt_us(&self) -> Option<f64> {
-        Self::initial_rtt_ns(self.handshake).map(|ns| ns as f64 / 1e3)
     }
 }
 
