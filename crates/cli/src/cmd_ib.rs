@@ -24,8 +24,9 @@ enum IbCommand {
     /// Class statistics of the forced idle time fraction from a CSV of PortXmitWait reads
     /// (columns round, switch, port, class, t_query_ns, t_turnaround_ns, xmit_wait).
     Fitf(FitfArgs),
-    /// Read this host's InfiniBand ports' PortXmitWait in rounds (never resetting it) and
-    /// print the forced idle time fraction's statistics.
+    /// Read this host's InfiniBand ports' PortXmitWait, and switch ports' through
+    /// perfquery, in rounds (never resetting it) and print the forced idle time
+    /// fraction's statistics.
     Sample(SampleArgs),
 }
 
@@ -57,7 +58,15 @@ struct SampleArgs {
     /// Rounds to take.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     rounds: u64,
-    /// One PortXmitWait tick in ns (default: 22 when every port is FDR; required otherwise).
+    /// Also read this switch port with `perfquery -x LID PORT` (repeatable); `=CLASS`
+    /// names its class in the statistics, e.g. `417:3=Leaf,down`.
+    #[arg(long, value_name = "LID:PORT[=CLASS]", value_parser = switch_port_arg)]
+    switch_port: Vec<SwitchPort>,
+    /// The perfquery program (infiniband-diags) that reads switch ports.
+    #[arg(long, value_name = "PATH", default_value = "perfquery")]
+    perfquery: PathBuf,
+    /// One PortXmitWait tick in ns (default: 22 when every port is FDR; required otherwise,
+    /// and with switch ports, whose speed is not read).
     #[arg(long, value_name = "NS")]
     tick_ns: Option<f64>,
     /// Write the reads as CSV to this file (`-`: stdout, the statistics then go to stderr).
@@ -178,12 +187,56 @@ fn fitf_report(args: &FitfArgs) -> Result<FitfReport, String> {
     report(&reads, args.tick_ns)
 }
 
+/// A switch port read through `perfquery`.
+#[derive(Debug, Clone, PartialEq)]
+struct SwitchPort {
+    lid: u32,
+    port: u32,
+    class: Option<String>,
+}
+
+fn switch_port_arg(input: &str) -> Result<SwitchPort, String> {
+    let (address, class) = match input.split_once('=') {
+        Some((address, class)) if !class.is_empty() => (address, Some(class.to_string())),
+        Some(_) => return Err("the class after '=' is empty".to_string()),
+        None => (input, None),
+    };
+    let (lid, port) = address
+        .split_once(':')
+        .ok_or_else(|| format!("'{address}' is not LID:PORT"))?;
+    let number = |text: &str, what: &str| {
+        text.parse::<u32>()
+            .map_err(|_| format!("{what} '{text}' is not a number"))
+    };
+    Ok(SwitchPort {
+        lid: number(lid, "LID")?,
+        port: number(port, "port")?,
+        class,
+    })
+}
+
+/// A port being sampled: one of this host's, read from sysfs, or a switch's.
+enum SampledPort {
+    Host(IbPort),
+    Switch(SwitchPort),
+}
+
 /// The tick of the sampled ports: `--tick-ns`, else FDR's when every port is FDR.
-fn sample_tick_ns(ports: &[IbPort], tick_ns: Option<f64>) -> Result<f64, String> {
+fn sample_tick_ns(ports: &[SampledPort], tick_ns: Option<f64>) -> Result<f64, String> {
     if let Some(tick_ns) = tick_ns {
         return Ok(tick_ns);
     }
     for port in ports {
+        let port = match port {
+            SampledPort::Host(port) => port,
+            SampledPort::Switch(switch) => {
+                return Err(format!(
+                    "the speed of switch LID {} port {} is not read, so neither is its \
+                     PortXmitWait tick: give --tick-ns (22 on 4x FDR)",
+                    switch.lid, switch.port
+                ))
+            }
+        };
         let rate = port.rate.as_deref();
         if rate.and_then(fitf::tick_ns_for_rate).is_none() {
             return Err(format!(
@@ -198,25 +251,57 @@ fn sample_tick_ns(ports: &[IbPort], tick_ns: Option<f64>) -> Result<f64, String>
     Ok(FDR_TICK_NS)
 }
 
+/// `PortXmitWait` of a switch port now, from `perfquery -x`.
+fn read_switch_port(program: &Path, switch: &SwitchPort) -> Result<u64, String> {
+    let output =
+        infiniband::perfquery(program, switch.lid, switch.port).map_err(|e| e.to_string())?;
+    let read = fitf::parse_perfquery(&output)
+        .map_err(|e| format!("perfquery -x {} {}: {e}", switch.lid, switch.port))?;
+    match (read.lid, read.port) {
+        (Some(lid), Some(port)) if (lid, port) != (switch.lid, switch.port) => Err(format!(
+            "perfquery -x {} {} answered for LID {lid} port {port}",
+            switch.lid, switch.port
+        )),
+        _ => Ok(read.xmit_wait),
+    }
+}
+
 fn sample(args: &SampleArgs) -> Result<(Vec<XmitWaitRead>, f64), String> {
-    let ports = infiniband::discover(&args.sysfs_root).map_err(|e| e.to_string())?;
+    // With switch ports given, this host's own ports are read where it has any.
+    let host_ports = match infiniband::discover(&args.sysfs_root) {
+        Ok(ports) => ports,
+        Err(error) if args.switch_port.is_empty() => return Err(error.to_string()),
+        Err(_) => Vec::new(),
+    };
+    let ports: Vec<SampledPort> = host_ports
+        .into_iter()
+        .map(SampledPort::Host)
+        .chain(args.switch_port.iter().cloned().map(SampledPort::Switch))
+        .collect();
     let tick_ns = sample_tick_ns(&ports, args.tick_ns)?;
     let plan = SamplePlan {
         rounds: args.rounds,
         reads: args.reads as usize,
         interval: args.interval,
     };
-    let reads =
-        infiniband::sample(&ports, &plan, infiniband::read_counter).map_err(|e| e.to_string())?;
+    let reads = infiniband::sample(&ports, &plan, |port| match port {
+        SampledPort::Host(port) => infiniband::read_counter(port).map_err(|e| e.to_string()),
+        SampledPort::Switch(switch) => read_switch_port(&args.perfquery, switch),
+    })?;
     let reads = reads
         .into_iter()
         .map(|read| {
-            let port = &ports[read.port_index];
+            let (switch, port, class) = match &ports[read.port_index] {
+                SampledPort::Host(port) => (port.device.clone(), port.port, None),
+                SampledPort::Switch(switch) => {
+                    (switch.lid.to_string(), switch.port, switch.class.clone())
+                }
+            };
             XmitWaitRead {
                 round: read.round,
-                switch: port.device.clone(),
-                port: port.port,
-                class: None,
+                switch,
+                port,
+                class,
                 t_query_ns: read.t_query_ns,
                 t_turnaround_ns: read.t_turnaround_ns,
                 xmit_wait: read.value,

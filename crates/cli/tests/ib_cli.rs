@@ -76,6 +76,13 @@ fn fitf_of_a_csv_fixture() {
     );
 }
 
+/// `vantage ib ARGS --json --csv CSV`, which must succeed: its report.
+fn sample_json(args: &[&str], csv: &Path) -> serde_json::Value {
+    let output = ib(&[args, &["--json", "--csv", csv.to_str().unwrap()]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 fn fake_port(root: &Path, device: &str, rate: &str, wait: u64) {
     let dir = root.join(device).join("ports/1");
     std::fs::create_dir_all(dir.join("counters")).unwrap();
@@ -100,13 +107,7 @@ fn sample_reads_a_sysfs_tree_and_never_invents_a_port() {
         "--interval",
         "1ms",
     ];
-    let output = ib(&[
-        &args[..],
-        &["--rounds", "2", "--json", "--csv", csv.to_str().unwrap()],
-    ]
-    .concat());
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = sample_json(&[&args[..], &["--rounds", "2"]].concat(), &csv);
     assert_eq!(report["tick_ns"], 22.0);
     assert_eq!(report["rounds"], 2);
     let class = &report["classes"][0];
@@ -150,5 +151,115 @@ fn sample_reads_a_sysfs_tree_and_never_invents_a_port() {
             "vantage ib: no InfiniBand ports under {}\n",
             missing.display()
         )
+    );
+}
+
+/// A stand-in for infiniband-diags' perfquery that answers `-x LID PORT` as the real one
+/// does, with the next of `values` as PortXmitWait each time it runs.
+fn fake_perfquery(dir: &Path, values: &[u64]) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let values_path = dir.join("values");
+    let list: Vec<String> = values.iter().map(u64::to_string).collect();
+    std::fs::write(&values_path, list.join("\n") + "\n").unwrap();
+    let state = dir.join("calls");
+    let script = dir.join("perfquery");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             [ \"$1\" = -x ] || exit 64\n\
+             n=$(cat {state} 2>/dev/null || echo 0); echo $((n + 1)) > {state}\n\
+             echo \"# Port extended counters: Lid $2 port $3 (CapMask: 0x5A00)\"\n\
+             echo \"PortSelect:......................$3\"\n\
+             echo \"PortXmitData:....................982451653\"\n\
+             echo \"PortXmitWait:....................$(sed -n \"$((n + 1))p\" {values})\"\n",
+            state = state.display(),
+            values = values_path.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+/// A switch port read through perfquery -x: Table 2.3's two reads come back as FITF
+/// 1.179 in the port's class, and the reads are kept in the CSV as taken.
+#[test]
+fn sample_reads_switch_ports_through_perfquery() {
+    let dir = tempfile::tempdir().unwrap();
+    let perfquery = fake_perfquery(dir.path(), &[2_426_695_474, 2_433_352_285, 2_433_352_285]);
+    let csv = dir.path().join("reads.csv");
+    let no_hca = dir.path().join("no-infiniband");
+    let args = [
+        "sample",
+        "--sysfs-root",
+        no_hca.to_str().unwrap(),
+        "--switch-port",
+        "417:3=Leaf,down",
+        "--perfquery",
+        perfquery.to_str().unwrap(),
+        "--reads",
+        "3",
+        "--interval",
+        "1ms",
+    ];
+    let report = sample_json(&[&args[..], &["--tick-ns", "22"]].concat(), &csv);
+    let leaf = &report["classes"][0];
+    assert_eq!(leaf["class"], "Leaf,down");
+    assert_eq!(
+        (leaf["intervals"].clone(), leaf["nonzero_intervals"].clone()),
+        (2.into(), 1.into())
+    );
+    let written = std::fs::read_to_string(&csv).unwrap();
+    let values: Vec<&str> = written
+        .lines()
+        .skip(1)
+        .map(|line| line.rsplit(',').next().unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        ["2426695474", "2433352285", "2433352285"],
+        "{written}"
+    );
+    assert!(
+        written
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("1,417,3,\"Leaf,down\","),
+        "{written}"
+    );
+    // The FITF itself depends on the reads' real spacing; Table 2.3's is checked by
+    // fitf_of_a_csv_fixture. Here: the one non-zero interval is the second read's.
+    assert!(leaf["round_max"]["median"].as_f64().unwrap() > 0.0);
+
+    let output = ib(&args);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("the speed of switch LID 417 port 3 is not read, so neither is its PortXmitWait tick: give --tick-ns"),
+        "{}",
+        stderr(&output)
+    );
+    let output = ib(&["sample", "--switch-port", "417", "--tick-ns", "22"]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("'417' is not LID:PORT"),
+        "{}",
+        stderr(&output)
+    );
+    let absent = dir.path().join("absent");
+    let output = ib(&[
+        &args[..5],
+        &["--perfquery", absent.to_str().unwrap(), "--tick-ns", "22"],
+    ]
+    .concat());
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains(&format!(
+            "cannot run {} (infiniband-diags' perfquery reads a switch port's counters)",
+            absent.display()
+        )),
+        "{}",
+        stderr(&output)
     );
 }

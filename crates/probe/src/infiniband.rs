@@ -42,6 +42,77 @@ pub enum InfinibandError {
     },
     #[error("{}: '{value}' is not a counter value", .path.display())]
     NotACounter { path: PathBuf, value: String },
+    #[error("cannot run {} (infiniband-diags' perfquery reads a switch port's counters): {source}", .program.display())]
+    PerfqueryMissing {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{command} did not answer within {} s", PERFQUERY_TIMEOUT.as_secs())]
+    PerfqueryTimeout { command: String },
+    #[error("{command} failed ({status}): {stderr}")]
+    PerfqueryFailed {
+        command: String,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+}
+
+/// How long one `perfquery` may take: it answers in milliseconds on a working fabric;
+/// a subnet that does not answer must not hold the sampling forever.
+pub const PERFQUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The output of `perfquery -x LID PORT` (extended, 64-bit counters; the management
+/// datagram goes through the fabric, so it reads a switch's port as well as a host's),
+/// run as `program`. Its `PortXmitWait` is read by `vantage_analysis::fitf::parse_perfquery`.
+pub fn perfquery(program: &Path, lid: u32, port: u32) -> Result<String, InfinibandError> {
+    let command = format!("{} -x {lid} {port}", program.display());
+    let mut child = std::process::Command::new(program)
+        .args(["-x", &lid.to_string(), &port.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|source| InfinibandError::PerfqueryMissing {
+            program: program.to_path_buf(),
+            source,
+        })?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) =
+            child
+                .try_wait()
+                .map_err(|source| InfinibandError::PerfqueryMissing {
+                    program: program.to_path_buf(),
+                    source,
+                })?
+        {
+            break status;
+        }
+        if started.elapsed() >= PERFQUERY_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(InfinibandError::PerfqueryTimeout { command });
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    // Its output is a few hundred bytes: the pipes never fill before it exits.
+    let read_all = |pipe: Option<&mut dyn std::io::Read>| {
+        let mut text = String::new();
+        if let Some(pipe) = pipe {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        text
+    };
+    let stdout = read_all(child.stdout.as_mut().map(|p| p as &mut dyn std::io::Read));
+    let stderr = read_all(child.stderr.as_mut().map(|p| p as &mut dyn std::io::Read));
+    if !status.success() {
+        return Err(InfinibandError::PerfqueryFailed {
+            command,
+            status,
+            stderr: stderr.trim().to_string(),
+        });
+    }
+    Ok(stdout)
 }
 
 fn read_trimmed(path: &Path) -> Option<String> {
@@ -156,13 +227,14 @@ fn now_ns() -> u64 {
 }
 
 /// Reads every port `plan.reads` times per round with `read` (normally
-/// [`read_counter`]), all ports one after another at each step, pausing
-/// `plan.interval` after each step but the last.
-pub fn sample(
-    ports: &[IbPort],
+/// [`read_counter`] for a host port, [`perfquery`]'s output for a switch port), all
+/// ports one after another at each step, pausing `plan.interval` after each step but
+/// the last.
+pub fn sample<P, E>(
+    ports: &[P],
     plan: &SamplePlan,
-    mut read: impl FnMut(&IbPort) -> Result<u64, InfinibandError>,
-) -> Result<Vec<CounterRead>, InfinibandError> {
+    mut read: impl FnMut(&P) -> Result<u64, E>,
+) -> Result<Vec<CounterRead>, E> {
     let steps = plan.rounds * plan.reads as u64;
     let mut reads = Vec::with_capacity(steps as usize * ports.len());
     for step in 0..steps {
@@ -254,7 +326,10 @@ mod tests {
             reads: 3,
             interval: Duration::from_millis(2),
         };
-        let reads = sample(&ports, &plan, |_| Ok(*next.next().unwrap())).unwrap();
+        let reads = sample(&ports, &plan, |_| {
+            Ok::<_, InfinibandError>(*next.next().unwrap())
+        })
+        .unwrap();
         assert_eq!(reads.len(), 12);
         let values: Vec<u64> = reads.iter().map(|r| r.value).collect();
         assert_eq!(values[..6], script);
@@ -274,5 +349,51 @@ mod tests {
             })
         });
         assert!(failing.is_err());
+    }
+
+    /// A stand-in for perfquery: a shell script printing what the real one prints.
+    fn fake_perfquery(dir: &Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("perfquery");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn perfquery_runs_with_the_extended_flag_and_says_why_it_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = fake_perfquery(
+            dir.path(),
+            r##"echo "# Port extended counters: Lid $2 port $3 ($1)""##,
+        );
+        assert_eq!(
+            perfquery(&program, 12, 3).unwrap(),
+            "# Port extended counters: Lid 12 port 3 (-x)\n"
+        );
+
+        let program = fake_perfquery(dir.path(), "echo 'ibwarn: mad_rpc failed' >&2; exit 2");
+        let error = perfquery(&program, 12, 3).unwrap_err().to_string();
+        assert!(
+            error.ends_with("perfquery -x 12 3 failed (exit status: 2): ibwarn: mad_rpc failed"),
+            "{error}"
+        );
+
+        let missing = dir.path().join("absent");
+        let error = perfquery(&missing, 12, 3).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!(
+                "cannot run {} (infiniband-diags' perfquery",
+                missing.display()
+            )),
+            "{error}"
+        );
+
+        let program = fake_perfquery(dir.path(), "exec sleep 30");
+        let error = perfquery(&program, 12, 3).unwrap_err().to_string();
+        assert!(
+            error.ends_with("perfquery -x 12 3 did not answer within 5 s"),
+            "{error}"
+        );
     }
 }
