@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+use vantage_model::csv_table::{CsvError, CsvTable};
 
 /// One `PortXmitWait` tick on a 4x FDR port, in nanoseconds (Alali 2019, ch. 2).
 pub const FDR_TICK_NS: f64 = 22.0;
@@ -83,22 +84,14 @@ pub enum FitfError {
         switch: String,
         port: u32,
     },
-    #[error("line 1: the header has no column '{0}'")]
-    MissingColumn(&'static str),
+    #[error(transparent)]
+    Csv(#[from] CsvError),
     #[error("line {line}, column {column}: {message}")]
-    Csv {
+    Field {
         line: usize,
         column: String,
         message: String,
     },
-    #[error("line {line}: {got} fields where the header has {expected}")]
-    FieldCount {
-        line: usize,
-        got: usize,
-        expected: usize,
-    },
-    #[error("line {line}: a double quote is not closed")]
-    UnclosedQuote { line: usize },
     #[error("no reads")]
     NoReads,
     #[error("no PortXmitWait line in the perfquery output")]
@@ -352,38 +345,24 @@ pub const CSV_COLUMNS: [&str; 7] = [
 /// then one read per line. Blank lines and `#` comments are skipped. A class with a
 /// comma (e.g. "Leaf,down") is written in double quotes.
 pub fn parse_csv(text: &str) -> Result<Vec<XmitWaitRead>, FitfError> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(index, line)| (index + 1, line.trim()))
-        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'));
-    let Some((header_line, header)) = lines.next() else {
-        return Err(FitfError::NoReads);
+    let table = match CsvTable::parse(text) {
+        Err(CsvError::NoHeader) => return Err(FitfError::NoReads),
+        parsed => parsed?,
     };
-    let header = split_csv(header, header_line)?;
-    let position = |name: &'static str| header.iter().position(|column| column == name);
-    let required = |name: &'static str| position(name).ok_or(FitfError::MissingColumn(name));
-    let round = required("round")?;
-    let switch = required("switch")?;
-    let port = required("port")?;
-    let t_query = required("t_query_ns")?;
-    let t_turnaround = required("t_turnaround_ns")?;
-    let xmit_wait = required("xmit_wait")?;
-    let class = position("class");
+    let round = table.column("round")?;
+    let switch = table.column("switch")?;
+    let port = table.column("port")?;
+    let t_query = table.column("t_query_ns")?;
+    let t_turnaround = table.column("t_turnaround_ns")?;
+    let xmit_wait = table.column("xmit_wait")?;
+    let class = table.optional_column("class");
     let mut reads = Vec::new();
-    for (line_number, line) in lines {
-        let fields = split_csv(line, line_number)?;
-        if fields.len() != header.len() {
-            return Err(FitfError::FieldCount {
-                line: line_number,
-                got: fields.len(),
-                expected: header.len(),
-            });
-        }
+    for row in &table.rows {
+        let fields = &row.fields;
         let number = |index: usize| -> Result<u64, FitfError> {
-            fields[index].parse::<u64>().map_err(|_| FitfError::Csv {
-                line: line_number,
-                column: header[index].clone(),
+            fields[index].parse::<u64>().map_err(|_| FitfError::Field {
+                line: row.line,
+                column: table.header[index].clone(),
                 message: format!("'{}' is not an unsigned integer", fields[index]),
             })
         };
@@ -391,8 +370,8 @@ pub fn parse_csv(text: &str) -> Result<Vec<XmitWaitRead>, FitfError> {
         reads.push(XmitWaitRead {
             round: number(round)?,
             switch: fields[switch].clone(),
-            port: u32::try_from(port_number).map_err(|_| FitfError::Csv {
-                line: line_number,
+            port: u32::try_from(port_number).map_err(|_| FitfError::Field {
+                line: row.line,
                 column: "port".to_string(),
                 message: format!("{port_number} is not a port number"),
             })?,
@@ -408,30 +387,6 @@ pub fn parse_csv(text: &str) -> Result<Vec<XmitWaitRead>, FitfError> {
         return Err(FitfError::NoReads);
     }
     Ok(reads)
-}
-
-/// The fields of one CSV line; double quotes enclose a field with commas (`""` is a quote).
-fn split_csv(line: &str, line_number: usize) -> Result<Vec<String>, FitfError> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => fields.push(std::mem::take(&mut field).trim().to_string()),
-            (c, _) => field.push(c),
-        }
-    }
-    if quoted {
-        return Err(FitfError::UnclosedQuote { line: line_number });
-    }
-    fields.push(field.trim().to_string());
-    Ok(fields)
 }
 
 /// Reads as CSV with a header, in [`CSV_COLUMNS`] order; [`parse_csv`] reads it back.

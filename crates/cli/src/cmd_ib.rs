@@ -11,7 +11,7 @@ use serde::Serialize;
 use vantage_analysis::fitf::{self, Boxplot, ClassStats, XmitWaitRead, FDR_TICK_NS};
 use vantage_probe::infiniband::{self, IbPort, SamplePlan};
 
-use crate::cmd_latency::{duration_arg, print_json, print_stdout};
+use crate::cmd_latency::{duration_arg, print_json, print_stdout, read_input};
 
 #[derive(Args, Debug)]
 pub struct IbArgs {
@@ -171,14 +171,6 @@ fn human(report: &FitfReport) -> String {
         );
     }
     text
-}
-
-fn read_input(path: &Path) -> Result<String, String> {
-    if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))
-    } else {
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-    }
 }
 
 fn fitf_report(args: &FitfArgs) -> Result<FitfReport, String> {

@@ -192,6 +192,15 @@ impl ProbeOutput<'_> {
 }
 
 /// Writes `text` to stdout; a closed pipe (e.g. `| head`) ends quietly, not in a panic.
+/// The text of `path`, or of stdin when it is `-`.
+pub(crate) fn read_input(path: &std::path::Path) -> Result<String, String> {
+    if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    }
+}
+
 pub(crate) fn print_stdout(command: &str, text: &str) -> ExitCode {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();

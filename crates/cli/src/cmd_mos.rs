@@ -8,9 +8,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde::Serialize;
+use vantage_model::csv_table::CsvTable;
 use vantage_stats::{LinearFit, MeanCi, Pearson, TTest, TTestKind};
 
-use crate::cmd_latency::{print_json, print_stdout};
+use crate::cmd_latency::{print_json, print_stdout, read_input};
 
 /// The p-value below which a pair's means differ.
 const SIGNIFICANCE: f64 = 0.05;
@@ -86,42 +87,24 @@ type Groups = Vec<(String, Vec<f64>)>;
 
 /// `condition` and `value_column` of a CSV with a header.
 fn parse_groups(text: &str, value_column: &str) -> Result<Groups, String> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(index, line)| (index + 1, line.trim()))
-        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'));
-    let (_, header) = lines.next().ok_or("no header line")?;
-    let header: Vec<&str> = header.split(',').map(str::trim).collect();
-    let column = |name: &str| {
-        header
-            .iter()
-            .position(|column| *column == name)
-            .ok_or(format!("line 1: the header has no column '{name}'"))
-    };
+    let table = CsvTable::parse(text).map_err(|e| e.to_string())?;
+    let column = |name: &str| table.column(name).map_err(|e| e.to_string());
     let (condition, value) = (column("condition")?, column(value_column)?);
     let mut groups: Groups = Vec::new();
-    for (line_number, line) in lines {
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if fields.len() != header.len() {
-            return Err(format!(
-                "line {line_number}: {} fields where the header has {}",
-                fields.len(),
-                header.len()
-            ));
-        }
-        let number = fields[value]
+    for row in &table.rows {
+        let text = &row.fields[value];
+        let number = text
             .parse::<f64>()
             .ok()
             .filter(|v| v.is_finite())
             .ok_or(format!(
-                "line {line_number}, column {value_column}: '{}' is not a number",
-                fields[value]
+                "line {}, column {value_column}: '{text}' is not a number",
+                row.line
             ))?;
-        let name = fields[condition];
+        let name = &row.fields[condition];
         match groups.iter_mut().find(|(known, _)| known == name) {
             Some((_, values)) => values.push(number),
-            None => groups.push((name.to_string(), vec![number])),
+            None => groups.push((name.clone(), vec![number])),
         }
     }
     if groups.is_empty() {
@@ -145,14 +128,6 @@ fn numeric(groups: &Groups) -> Option<Vec<f64>> {
 
 fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len() as f64
-}
-
-fn read_input(path: &Path) -> Result<String, String> {
-    if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))
-    } else {
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-    }
 }
 
 fn read_groups(path: &Path, value_column: &str) -> Result<Groups, String> {

@@ -1,7 +1,7 @@
 //! `vantage qoe`: video stalls and MOS from a throughput series, by the
 //! playback-buffer model and MOS guideline of Rufini et al. (Fotonica 2014).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use vantage_analysis::qoe::{
 use vantage_model::throughput::{Direction, ThroughputResult};
 use vantage_model::units::format_rate_bps;
 
-use crate::cmd_latency::{duration_arg, print_json, print_stdout};
+use crate::cmd_latency::{duration_arg, print_json, print_stdout, read_input};
 use crate::cmd_throughput::rate_arg;
 
 #[derive(Args, Debug)]
@@ -163,14 +163,6 @@ fn profiles(args: &QoeArgs) -> Result<Vec<VideoProfile>, String> {
             })
         })
         .collect()
-}
-
-fn read_input(path: &Path) -> Result<String, String> {
-    if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))
-    } else {
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-    }
 }
 
 fn report(args: &QoeArgs) -> Result<QoeReport, String> {
