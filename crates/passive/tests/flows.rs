@@ -1,8 +1,11 @@
 //! Flow analysis over captures built frame by frame, where every figure is known.
 
+#[path = "support/pcapng.rs"]
+mod pcapng;
 mod support;
 
 use etherparse::{PacketBuilder, TcpOptionElement};
+use pcapng::Pcapng;
 use support::Pcap;
 use vantage_passive::{analyse, CaptureReport, CaptureSide, Options};
 
@@ -529,4 +532,34 @@ fn a_port_s_flows_years_apart_give_its_ecdf_without_listing_every_silent_second(
     assert_eq!(port.rates_bps.first(), Some(&0.0));
     assert_eq!(port.rates_bps[19], 0.0);
     assert_eq!(port.rates_bps.last(), Some(&1000.0));
+}
+
+/// `-i any` or several `-i` give one interface per capturing device, and a merged file one
+/// section per source: the capture's drops are each interface's last running total, summed.
+#[test]
+fn interface_drops_are_summed_over_interfaces_and_sections() {
+    let frames = transfer(true, 4, 4);
+    let mut file = Pcapng::new();
+    file.interface(1, 65535);
+    file.interface(1, 65535);
+    for (index, (time_us, segment)) in frames.iter().enumerate() {
+        let frame = frame(Link::Ethernet, false, *segment);
+        file.packet((index % 2) as u32, *time_us / 1_000, &frame);
+    }
+    file.statistics(0, 10_000, 3);
+    file.statistics(1, 10_000, 7);
+    file.statistics(0, 20_000, 5);
+    file.section();
+    file.interface(1, 65535);
+    file.statistics(0, 30_000, 11);
+    let summary = report(&file.bytes, &Options::default()).capture;
+    assert_eq!(summary.format, "pcapng");
+    assert_eq!(summary.dropped_by_interface, Some(5 + 7 + 11));
+    assert_eq!(summary.packets, frames.len() as u64);
+
+    let mut quiet = Pcapng::new();
+    quiet.interface(1, 65535);
+    quiet.packet(0, 1, &frame(Link::Ethernet, false, frames[0].1));
+    let summary = report(&quiet.bytes, &Options::default()).capture;
+    assert_eq!(summary.dropped_by_interface, None);
 }
