@@ -24,6 +24,7 @@ pub static ENGINES: &[(&TestKind, Engine)] = &[
     (&kinds::trace::KIND, trace),
     (&kinds::health::KIND, health),
     (&kinds::diagnose::KIND, diagnose),
+    (&kinds::counters::KIND, counters),
 ];
 
 /// Names of the kinds this agent can run as a client.
@@ -103,6 +104,18 @@ fn diagnose(spec: &Spec<'_>, target: &Target, run: &AssignedRun) -> Result<Value
     let mut spec = kinds::diagnose::engine_spec(spec, target).map_err(spec_error)?;
     spec.ticket = run.ticket.as_ref().map(|ticket| ticket.ticket.clone());
     Ok(to_json(vantage_probe::diagnose::run_diagnostic(&spec)))
+}
+
+/// Reads this agent's own interfaces: the run's target is the agent itself, unused.
+fn counters(spec: &Spec<'_>, _: &Target, _: &AssignedRun) -> Result<Value, String> {
+    let spec = kinds::counters::engine_spec(spec).map_err(spec_error)?;
+    vantage_probe::counters::run_counters(
+        std::path::Path::new(vantage_probe::counters::SYSFS_NET),
+        &spec,
+        &mut |_| {},
+    )
+    .map(to_json)
+    .map_err(|error| error.to_string())
 }
 
 /// Runs the measurement (blocking: call from `spawn_blocking`) and describes the outcome.
@@ -263,6 +276,33 @@ mod tests {
     #[test]
     fn every_kind_has_an_engine_and_is_a_capability() {
         assert_eq!(capabilities(), kinds::names());
+    }
+
+    #[test]
+    fn counters_read_the_agents_own_interfaces_and_name_a_missing_one() {
+        let upload = execute(
+            &run(
+                "counters",
+                serde_json::json!({"interfaces": "lo", "interval": "1ms", "count": 1}),
+            ),
+            "a",
+        );
+        assert_eq!(upload.outcome, RunOutcome::Completed, "{:?}", upload.error);
+        let result = upload.result.unwrap();
+        assert_eq!(result["interfaces"][0]["interface"], "lo");
+        assert_eq!(result["summary"]["intervals"], 1);
+        let upload = execute(
+            &run(
+                "counters",
+                serde_json::json!({"interfaces": "nosuch0", "interval": "1ms"}),
+            ),
+            "a",
+        );
+        assert_eq!(upload.outcome, RunOutcome::Failed);
+        assert_eq!(
+            upload.error.unwrap(),
+            "interface 'nosuch0' does not exist (/sys/class/net/nosuch0 not found)"
+        );
     }
 
     #[test]

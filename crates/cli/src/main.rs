@@ -3,6 +3,7 @@
 mod cmd_agent;
 mod cmd_capacity;
 mod cmd_config;
+mod cmd_counters;
 mod cmd_demo;
 mod cmd_diagnose;
 mod cmd_endpoint;
@@ -75,6 +76,8 @@ enum Command {
     Pcap(cmd_pcap::PcapArgs),
     /// InfiniBand congestion: forced idle time fraction from PortXmitWait (Alali, PhD dissertation, University of Virginia, 2019, ch. 2), from CSV reads or sampled live.
     Ib(cmd_ib::IbArgs),
+    /// Interface counters each interval: bytes, packets, errors and drops each way, with rates across counter wraps and resets.
+    Counters(cmd_counters::CountersArgs),
     /// Subjective ratings: MOS with 95 % CIs per condition, pairwise t-tests, Pearson r and slopes against an objective metric (Alali 2019, ch. 5).
     Mos(cmd_mos::MosArgs),
     /// Display update times of a thin-client session from its capture (VD-DUT, Alali 2019, ch. 5).
@@ -126,6 +129,7 @@ fn main() -> std::process::ExitCode {
         Command::Pcap(args) => cmd_pcap::run(args),
         Command::Vddut(args) => cmd_vddut::run(args),
         Command::Ib(args) => cmd_ib::run(args),
+        Command::Counters(args) => cmd_counters::run(args),
         Command::Mos(args) => cmd_mos::run(args),
     }
 }

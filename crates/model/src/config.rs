@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 
 use crate::config_error::check_name;
 pub use crate::config_error::ConfigError;
-use crate::kinds::{self, KindRef, Spec};
+use crate::kinds::{self, KindRef, Participants, Spec};
 pub use crate::scheduling::SchedulingClass;
 use crate::sla::{validate_contract, Contract, ContractConfig};
 use crate::units::{parse_duration, parse_rate_bps};
@@ -966,6 +966,28 @@ fn validate_task(
             ),
         ));
     }
+    // A kind whose agents measure alone has neither targets nor directions.
+    if let Some(test) = test.filter(|test| test.kind.participants == Participants::Alone) {
+        if external {
+            errors.push(ConfigError::new(
+                format!("{path}.group"),
+                format!(
+                    "test '{}' ({}) runs on each agent alone, with no target, but group '{}' lists external hosts: use a mesh group of the agents",
+                    test.name, test.kind.as_str(), task.group
+                ),
+            ));
+        }
+        if task.directions == Some(Directions::Both) {
+            errors.push(ConfigError::new(
+                format!("{path}.directions"),
+                format!(
+                    "test '{}' ({}) runs on each agent alone and has no directions",
+                    test.name,
+                    test.kind.as_str()
+                ),
+            ));
+        }
+    }
     let directions = task.directions.unwrap_or(match test.map(|t| t.scheduling) {
         Some(SchedulingClass::Exclusive) if !external => Directions::Both,
         _ => Directions::One,
@@ -1128,7 +1150,7 @@ type = "latency"
     #[test]
     fn documented_example_validates_with_defaults_filled_in() {
         let (config, validated) = load_config("mesh.toml", EXAMPLE_TOML).expect("example is valid");
-        assert_eq!(config.tasks.len(), 11);
+        assert_eq!(config.tasks.len(), 12);
         // Every test kind appears in the example.
         let kinds: BTreeSet<&str> = validated.tests.iter().map(|t| t.kind.as_str()).collect();
         assert_eq!(kinds, crate::kinds::names().into_iter().collect());
@@ -1145,6 +1167,10 @@ type = "latency"
             sla.reserve,
             Duration::from_millis(2 * 5250 + 8 * 2500 + 1000)
         );
+        let counters = validated.test("host-counters").unwrap();
+        assert_eq!(counters.scheduling, SchedulingClass::Background);
+        // 5 × 10 s + 1 s setup guard.
+        assert_eq!(counters.reserve, Duration::from_secs(51));
         let mesh = &validated.tasks[0];
         assert_eq!(mesh.directions, Directions::One);
         assert_eq!(mesh.every, Duration::from_secs(60));
@@ -1236,6 +1262,55 @@ archivers = ["ghost"]
             "{errors:?}"
         );
         assert!(errors[3].message.contains("missing unit"), "{}", errors[3]);
+    }
+
+    #[test]
+    fn a_kind_measured_alone_takes_neither_external_hosts_nor_directions() {
+        let text = format!(
+            r#"{BASE}
+[[groups]]
+name = "hosts"
+kind = "external"
+members = ["*"]
+targets = ["iperf3.example.net"]
+
+[[tests]]
+name = "nics"
+type = "counters"
+
+[[tasks]]
+name = "ok"
+test = "nics"
+group = "g"
+every = "2m"
+
+[[tasks]]
+name = "outward"
+test = "nics"
+group = "hosts"
+every = "2m"
+
+[[tasks]]
+name = "both-ways"
+test = "nics"
+group = "g"
+every = "2m"
+directions = "both"
+"#
+        );
+        let errors = errors_of(&text);
+        assert_eq!(
+            paths(&errors),
+            vec!["tasks[1].group", "tasks[2].directions"],
+            "{errors:?}"
+        );
+        assert!(
+            errors[0]
+                .message
+                .contains("runs on each agent alone, with no target"),
+            "{}",
+            errors[0]
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod capacity;
 pub mod config;
 pub mod config_error;
 pub mod control;
+pub mod counters;
 pub mod csv_table;
 pub mod diagnosis;
 pub mod health;

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use thiserror::Error;
 
+use crate::sysfs::{read_counter_file, SysfsError};
+
 /// Where Linux lists InfiniBand devices.
 pub const SYSFS_ROOT: &str = "/sys/class/infiniband";
 
@@ -35,13 +37,8 @@ pub enum InfinibandError {
     NoPorts(PathBuf),
     #[error("no active InfiniBand port under {} ({ports} not active)", .root.display())]
     NoActivePorts { root: PathBuf, ports: usize },
-    #[error("cannot read {}: {source}", .path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: '{value}' is not a counter value", .path.display())]
-    NotACounter { path: PathBuf, value: String },
+    #[error(transparent)]
+    Counter(#[from] SysfsError),
     #[error("cannot run {} (infiniband-diags' perfquery reads a switch port's counters): {source}", .program.display())]
     PerfqueryMissing {
         program: PathBuf,
@@ -182,17 +179,7 @@ pub fn discover(root: &Path) -> Result<Vec<IbPort>, InfinibandError> {
 
 /// The port's `port_xmit_wait` now.
 pub fn read_counter(port: &IbPort) -> Result<u64, InfinibandError> {
-    let path = port.counter_path();
-    let text = std::fs::read_to_string(path).map_err(|source| InfinibandError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    text.trim()
-        .parse()
-        .map_err(|_| InfinibandError::NotACounter {
-            path: path.to_path_buf(),
-            value: text.trim().to_string(),
-        })
+    Ok(read_counter_file(port.counter_path())?)
 }
 
 /// How to sample.
@@ -343,10 +330,10 @@ mod tests {
         // Steps are at least the interval apart.
         assert!(reads[2].t_query_ns - reads[0].t_query_ns >= 2_000_000);
         let failing = sample(&ports, &plan, |port| {
-            Err(InfinibandError::Read {
+            Err(InfinibandError::Counter(SysfsError::Read {
                 path: port.counter_path().to_path_buf(),
                 source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
-            })
+            }))
         });
         assert!(failing.is_err());
     }

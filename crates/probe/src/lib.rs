@@ -15,6 +15,7 @@
 
 pub mod capacity;
 pub mod clock;
+pub mod counters;
 pub mod cpu;
 pub mod deadline;
 pub mod diagnose;
@@ -27,6 +28,7 @@ pub mod mtu;
 pub mod pacing;
 pub mod sandwich;
 pub mod source_policy;
+pub mod sysfs;
 pub mod tcp_info;
 pub mod throughput;
 pub mod tickets;

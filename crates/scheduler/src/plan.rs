@@ -8,7 +8,7 @@ use vantage_model::config::{
     Directions, GroupMembers, SchedulingClass, Segment, Selector, Task, TestDef, ValidatedConfig,
 };
 
-use vantage_model::kinds::{KindRef, Service};
+use vantage_model::kinds::{KindRef, Participants, Service};
 
 use crate::claims::{agent_resource, segment_resource, target_resource, Claim, ClaimMode};
 use crate::rounds;
@@ -270,6 +270,30 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// Every agent of the group once, as `(agent, agent)` flows in one round: the
+    /// runs of a kind whose agents measure alone (directions mean nothing to them).
+    fn each_agent(&mut self, members: &GroupMembers) -> Vec<Vec<(usize, usize)>> {
+        let mut agents: Vec<usize> = match members {
+            GroupMembers::Mesh(selectors)
+            | GroupMembers::External {
+                agents: selectors, ..
+            } => self.members(selectors),
+            GroupMembers::Disjoint { a, b } => {
+                let mut agents = self.members(a);
+                agents.extend(self.members(b));
+                agents
+            }
+            GroupMembers::List(pairs) => pairs
+                .iter()
+                .flat_map(|(from, to)| [from, to])
+                .map(|name| self.slot_by_name(name))
+                .collect(),
+        };
+        agents.sort_by(|&a, &b| self.agents[a].name.cmp(&self.agents[b].name));
+        agents.dedup();
+        vec![agents.into_iter().map(|agent| (agent, agent)).collect()]
+    }
+
     /// An agent can take part in a run of `kind`: registered, and offering it.
     fn check_agent(agent: &AgentSlot, kind: KindRef) -> Result<(), String> {
         if !agent.registered {
@@ -309,6 +333,21 @@ impl<'a> Planner<'a> {
     }
 
     fn orient_kind(&self, from: usize, to: usize, kind: KindRef) -> Result<Orientation, String> {
+        if kind.participants == Participants::Alone {
+            if from != to {
+                return Err(format!(
+                    "a {} run is one agent's alone: name '{}' as both its client and its server",
+                    kind.as_str(),
+                    self.agents[from].name
+                ));
+            }
+            Self::check_agent(&self.agents[from], kind)?;
+            return Ok(Orientation {
+                client: from,
+                server: from,
+                reverse: false,
+            });
+        }
         if self.agents[to].external {
             let client = &self.agents[from];
             Self::check_agent(client, kind)?;
@@ -362,7 +401,11 @@ impl<'a> Planner<'a> {
             SchedulingClass::Background => return Vec::new(),
         };
         let (client_slot, server_slot) = (&self.agents[client], &self.agents[server]);
-        let mut claims = vec![(client_slot.resource, mode), (server_slot.resource, mode)];
+        let mut claims = vec![(client_slot.resource, mode)];
+        // An agent measuring alone holds its interface once.
+        if server != client {
+            claims.push((server_slot.resource, mode));
+        }
         for (index, segment) in self.segments.iter().enumerate() {
             if segment.used_by(client_slot.in_segment[index], server_slot.in_segment[index]) {
                 claims.push((self.segment_resources[index], mode));
@@ -566,7 +609,10 @@ pub fn plan(
             });
             continue;
         };
-        let rounds = planner.rounds(&group.members, task.directions);
+        let rounds = match test.kind.participants {
+            Participants::Pair => planner.rounds(&group.members, task.directions),
+            Participants::Alone => planner.each_agent(&group.members),
+        };
         task_plans.push(TaskPlan { task, test, rounds });
     }
 

@@ -700,3 +700,77 @@ directions = "both"
         "{errors:?}"
     );
 }
+
+/// Counters on every agent of the latency mesh's group and of a list, beside the mesh.
+const COUNTERS: &str = r#"
+[[groups]]
+name = "pairs"
+kind = "list"
+pairs = [["a", "b"], ["b", "c"]]
+
+[[tests]]
+name = "nics"
+type = "counters"
+spec = { interval = "1s", count = 5 }
+
+[[tasks]]
+name = "counters-mesh"
+test = "nics"
+group = "all"
+every = "60s"
+
+[[tasks]]
+name = "counters-list"
+test = "nics"
+group = "pairs"
+every = "60s"
+"#;
+
+#[test]
+fn agents_measuring_alone_run_once_each_and_claim_nothing() {
+    let counters_config = config(&format!("{MESH_LATENCY}{COUNTERS}"));
+    let plan = plan(
+        &counters_config,
+        &agents(&["a", "b", "c"]),
+        window(0, 60),
+        &[],
+        0,
+    );
+    assert!(plan.non_starts.is_empty(), "{:?}", plan.non_starts);
+    for task in ["counters-mesh", "counters-list"] {
+        let runs: Vec<&PlannedRun> = plan.runs.iter().filter(|run| run.task == task).collect();
+        let clients: Vec<&str> = runs.iter().map(|run| run.client.as_str()).collect();
+        assert_eq!(clients, ["a", "b", "c"], "{task}");
+        for run in runs {
+            // The agent is its own server; a background run holds nothing, so the
+            // latency mesh starts on time beside it.
+            assert_eq!(run.server, run.client);
+            assert!(run.claims.is_empty());
+            assert_eq!(run.start, at(0));
+            assert_eq!(
+                run.run_id,
+                format!("{task}/{}>{}/30000000", run.client, run.client)
+            );
+        }
+    }
+    assert_eq!(
+        plan.runs
+            .iter()
+            .filter(|run| run.task == "ping-mesh")
+            .count(),
+        3
+    );
+    // Asked for between two agents, it is refused with the reason.
+    let mut request = request("app-2", 600, 0);
+    request.test = counters_config.test("nics").unwrap().clone();
+    let RequestOutcome::NonStart(refused) =
+        place_request(at(0), &request, &agents(&["a", "b"]), &[], &[])
+    else {
+        panic!("placed");
+    };
+    assert!(
+        refused.reason.contains("one agent's alone"),
+        "{}",
+        refused.reason
+    );
+}

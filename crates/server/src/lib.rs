@@ -15,6 +15,7 @@ pub mod grid;
 pub mod health;
 pub mod http;
 pub mod ingest;
+pub mod interface_counters;
 pub mod openapi;
 pub mod path_changes;
 pub mod planner;

@@ -16,6 +16,7 @@ use crate::config_store::CachedConfig;
 use crate::events::{Event, EventBus};
 use crate::health::HealthMarkers;
 use crate::ingest::{IngestPipeline, ResultConsumer};
+use crate::interface_counters::InterfaceCounters;
 use crate::path_changes::PathChanges;
 use crate::recent::Recent;
 use crate::sla::SlaVerdicts;
@@ -67,6 +68,10 @@ impl ServerState {
                 archive: archive.clone(),
                 events: Arc::clone(&events),
                 config: CachedConfig::new(archive.clone()),
+            }),
+            Box::new(InterfaceCounters {
+                archive: archive.clone(),
+                events: Arc::clone(&events),
             }),
         ];
         let ticket_keys = RwLock::new((

@@ -107,7 +107,8 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "route", "type": "trace", "spec": {"max_ttl": 4, "queries": 2, "timeout": "500ms"}},
             {"name": "route-icmp", "type": "trace", "spec": {"protocol": "icmp", "max_ttl": 4, "queries": 2, "timeout": "500ms"}},
             {"name": "bundle", "type": "health", "spec": {"count": 3, "interval": "10ms", "timeout": "500ms", "throughput_duration": "500ms"}},
-            {"name": "segment", "type": "diagnose", "spec": {"probes": 10, "tcp_duration": "500ms", "tcp_omit": "100ms", "small_udp_duration": "200ms"}}
+            {"name": "segment", "type": "diagnose", "spec": {"probes": 10, "tcp_duration": "500ms", "tcp_omit": "100ms", "small_udp_duration": "200ms"}},
+            {"name": "nics", "type": "counters", "spec": {"interfaces": "lo", "interval": "200ms", "count": 3}}
         ],
         "tasks": [
             {"name": "lat", "test": "rtt", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
@@ -121,7 +122,8 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "trace-agents", "test": "route", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
             {"name": "trace-ext", "test": "route-icmp", "group": "to-host", "every": "1m", "offset": offset, "slip": "40s"},
             {"name": "health", "test": "bundle", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
-            {"name": "diagnose", "test": "segment", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"}
+            {"name": "diagnose", "test": "segment", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
+            {"name": "counters", "test": "nics", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"}
         ],
         // The scheduled capacity run is judged against a committed rate (Rufini et al.).
         "contracts": [{"name": "downlink-sla", "tasks": ["cap"], "rate": "1M"}]
@@ -144,6 +146,7 @@ async fn every_kind_scenario(kind: Kind) {
         "trace-ext",
         "health",
         "diagnose",
+        "counters",
     ]
     .into();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -319,6 +322,29 @@ async fn every_kind_scenario(kind: Kind) {
     for trace in ["trace-agents", "trace-ext"] {
         assert_eq!(metric(trace, "destination_reached"), 1.0, "{trace}");
         assert_eq!(metric(trace, "hop_count"), 1.0, "{trace}");
+    }
+    // Each agent of the pair read its own loopback once: three intervals each, also
+    // visible per interval through the app metrics API, tagged with agent and interface.
+    let counters = &by_task["counters"];
+    let mut clients: Vec<&str> = counters.iter().map(|run| run.client.as_str()).collect();
+    clients.sort();
+    assert_eq!(clients, ["k1", "k2"]);
+    assert!(counters.iter().all(|run| run.server == run.client));
+    assert!(metric("counters", "interface_rx_bytes") >= 0.0);
+    assert_eq!(metric("counters", "interface_counter_reset_intervals"), 0.0);
+    for agent in ["k1", "k2"] {
+        let (status, body) = admin
+            .call(
+                "GET",
+                &format!("/api/v1/app-metrics?name=interface_rx_bytes&tag.agent={agent}&tag.interface=lo"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let metrics = body["metrics"].as_array().unwrap();
+        assert_eq!(metrics.len(), 3, "{body}");
+        assert_eq!(metrics[0]["unit"], "bytes");
+        assert_eq!(metrics[0]["publisher"], agent);
     }
     assert_eq!(raw("stamp-ext")["spec"]["udp_mode"], "stamp");
     assert_eq!(raw("icmp-ext")["spec"]["size_bytes"], 4096);

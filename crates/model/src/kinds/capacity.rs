@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::capacity::CapacitySpec;
 use crate::config_error::ConfigError;
 use crate::kinds::spec::{
-    duration_or_zero, Metric, Param, ParamKind, Service, Spec, Target, TestKind,
+    duration_or_zero, Metric, Param, ParamKind, Participants, Service, Spec, Target, TestKind,
 };
 use crate::scheduling::SchedulingClass;
 
@@ -81,6 +81,7 @@ pub static KIND: TestKind = TestKind {
     name: "capacity",
     summary: "line capacity by the SLA method of Rufini et al. (Fotonica 2014): TCP, UDP over-rate, verification at B_c − ε",
     params: PARAMS,
+    participants: Participants::Pair,
     scheduling: |_| SchedulingClass::Exclusive,
     reversible: true,
     bulk_transfer: true,

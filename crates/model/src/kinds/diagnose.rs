@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use crate::config_error::ConfigError;
 use crate::diagnosis::DiagnosticSpec;
-use crate::kinds::spec::{duration_or_zero, Param, ParamKind, Service, Spec, Target, TestKind};
+use crate::kinds::spec::{
+    duration_or_zero, Param, ParamKind, Participants, Service, Spec, Target, TestKind,
+};
 use crate::scheduling::SchedulingClass;
 
 pub const DEFAULT_PROBES: &str = "100";
@@ -78,6 +80,7 @@ pub static KIND: TestKind = TestKind {
     name: "diagnose",
     summary: "segment diagnostic bundle for vantage diagnose (pathdiag, Mathis et al., PAM 2008): idle and loaded RTT with one-way loss, TCP and small UDP each way",
     params: PARAMS,
+    participants: Participants::Pair,
     scheduling: |_| SchedulingClass::Exclusive,
     reversible: false,
     bulk_transfer: true,
@@ -142,17 +145,13 @@ pub fn engine_spec(spec: &Spec<'_>, target: &Target) -> Result<DiagnosticSpec, C
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{json, Value};
+    use serde_json::json;
 
     use super::*;
 
-    fn normalise(given: Value) -> Result<serde_json::Map<String, Value>, Vec<ConfigError>> {
-        KIND.normalise("spec", given.as_object().unwrap())
-    }
-
     #[test]
     fn defaults_take_five_and_a_half_seconds_and_hold_hosts_alone() {
-        let values = normalise(json!({})).unwrap();
+        let values = KIND.normalise_json(json!({})).unwrap();
         let target = Target {
             host: "192.0.2.1".into(),
             port: 7862,
@@ -171,9 +170,13 @@ mod tests {
 
     #[test]
     fn an_omit_as_long_as_the_transfer_is_refused_with_its_place() {
-        let errors = normalise(json!({"tcp_duration": "1s", "tcp_omit": "1s"})).unwrap_err();
+        let errors = KIND
+            .normalise_json(json!({"tcp_duration": "1s", "tcp_omit": "1s"}))
+            .unwrap_err();
         assert_eq!(errors[0].path, "spec.tcp_omit");
-        let errors = normalise(json!({"small_udp_bytes": 4})).unwrap_err();
+        let errors = KIND
+            .normalise_json(json!({"small_udp_bytes": 4}))
+            .unwrap_err();
         assert_eq!(errors[0].path, "spec.small_udp_bytes");
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::config_error::ConfigError;
 use crate::health::HealthSpec;
 use crate::kinds::spec::{
-    duration_or_zero, Metric, Param, ParamKind, Service, Spec, Target, TestKind,
+    duration_or_zero, Metric, Param, ParamKind, Participants, Service, Spec, Target, TestKind,
 };
 use crate::scheduling::SchedulingClass;
 
@@ -93,6 +93,7 @@ pub static KIND: TestKind = TestKind {
     name: "health",
     summary: "network health probe bundle (Chard et al., FGCS 2015): ICMP, UDP, sandwich, TCP and throughput indicators for health markers and scores",
     params: PARAMS,
+    participants: Participants::Pair,
     scheduling,
     reversible: false,
     bulk_transfer: true,
@@ -267,10 +268,6 @@ mod tests {
 
     use super::*;
 
-    fn normalise(given: Value) -> Result<Map<String, Value>, Vec<ConfigError>> {
-        KIND.normalise("spec", given.as_object().unwrap())
-    }
-
     fn spec_of(values: &Map<String, Value>) -> HealthSpec {
         let target = Target {
             host: "192.0.2.1".into(),
@@ -281,7 +278,7 @@ mod tests {
 
     #[test]
     fn defaults_are_the_papers_bundle_and_hold_hosts_alone() {
-        let values = normalise(json!({})).unwrap();
+        let values = KIND.normalise_json(json!({})).unwrap();
         let spec = spec_of(&values);
         assert_eq!(spec.icmp_sizes, vec![64, 512, 4096]);
         assert_eq!(spec.udp_sizes, vec![64, 1024]);
@@ -298,7 +295,9 @@ mod tests {
 
     #[test]
     fn without_throughput_the_bundle_shares_and_is_shorter() {
-        let values = normalise(json!({"throughput": false, "sandwich": false})).unwrap();
+        let values = KIND
+            .normalise_json(json!({"throughput": false, "sandwich": false}))
+            .unwrap();
         assert_eq!(KIND.scheduling_for(&values), SchedulingClass::Shared);
         assert_eq!(
             (KIND.estimate)(&Spec::new(&KIND, &values)),
@@ -309,17 +308,23 @@ mod tests {
 
     #[test]
     fn bad_sizes_and_an_empty_bundle_are_refused_with_the_place() {
-        let errors = normalise(json!({"icmp_sizes": "64,x"})).unwrap_err();
+        let errors = KIND
+            .normalise_json(json!({"icmp_sizes": "64,x"}))
+            .unwrap_err();
         assert_eq!(errors[0].path, "spec.icmp_sizes");
         assert!(errors[0].message.contains("'x'"), "{}", errors[0].message);
-        let errors = normalise(json!({"udp_sizes": "64,64"})).unwrap_err();
+        let errors = KIND
+            .normalise_json(json!({"udp_sizes": "64,64"}))
+            .unwrap_err();
         assert!(errors[0].message.contains("twice"));
-        let errors = normalise(json!({"udp_sizes": "0"})).unwrap_err();
+        let errors = KIND.normalise_json(json!({"udp_sizes": "0"})).unwrap_err();
         assert_eq!(errors[0].path, "spec.udp_sizes");
         let off = json!({"icmp": false, "udp": false, "sandwich": false, "tcp": false, "throughput": false});
-        let errors = normalise(off).unwrap_err();
+        let errors = KIND.normalise_json(off).unwrap_err();
         assert!(errors[0].message.contains("every part is off"));
         // A part that is off does not have its sizes read.
-        assert!(normalise(json!({"icmp": false, "icmp_sizes": "nonsense"})).is_ok());
+        assert!(KIND
+            .normalise_json(json!({"icmp": false, "icmp_sizes": "nonsense"}))
+            .is_ok());
     }
 }

@@ -2,7 +2,9 @@
 //! over UDP (TWAMP-Light, RFC 5357 Appendix I), TCP or ICMP echo.
 
 use crate::config_error::ConfigError;
-use crate::kinds::spec::{probing_time, Metric, Param, ParamKind, Service, Spec, Target, TestKind};
+use crate::kinds::spec::{
+    probing_time, Metric, Param, ParamKind, Participants, Service, Spec, Target, TestKind,
+};
 use crate::latency::{LatencyProtocol, LatencySpec, TransmitStamp, UdpMode};
 use crate::scheduling::SchedulingClass;
 
@@ -76,6 +78,7 @@ pub static KIND: TestKind = TestKind {
     name: "latency",
     summary: "RTT, jitter, loss by direction and one-way delay (TWAMP-Light RFC 5357, TCP, ICMP)",
     params: PARAMS,
+    participants: Participants::Pair,
     scheduling: |_| SchedulingClass::Shared,
     reversible: false,
     bulk_transfer: false,

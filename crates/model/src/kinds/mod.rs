@@ -9,6 +9,7 @@
 //! instead of matching on kind names.
 
 pub mod capacity;
+pub mod counters;
 pub mod diagnose;
 pub mod health;
 pub mod latency;
@@ -22,8 +23,8 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use spec::{
-    Metric, Param, ParamKind, ParamValue, Service, Spec, Target, TestKind, ENDPOINT_PORT,
-    IPERF3_PORT,
+    Metric, Param, ParamKind, ParamValue, Participants, Service, Spec, Target, TestKind,
+    ENDPOINT_PORT, IPERF3_PORT,
 };
 
 /// Every test kind vantage knows, in the order help and docs list them.
@@ -35,6 +36,7 @@ pub static KINDS: &[&TestKind] = &[
     &trace::KIND,
     &health::KIND,
     &diagnose::KIND,
+    &counters::KIND,
 ];
 
 /// The kind named `name`.

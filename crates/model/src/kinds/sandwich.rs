@@ -3,7 +3,9 @@
 
 use crate::config_error::ConfigError;
 use crate::kinds::latency::dscp;
-use crate::kinds::spec::{probing_time, Metric, Param, ParamKind, Service, Spec, Target, TestKind};
+use crate::kinds::spec::{
+    probing_time, Metric, Param, ParamKind, Participants, Service, Spec, Target, TestKind,
+};
 use crate::latency::SandwichSpec;
 use crate::scheduling::SchedulingClass;
 
@@ -70,6 +72,7 @@ pub static KIND: TestKind = TestKind {
     name: "sandwich",
     summary: "sandwich probing (Chard et al., FGCS 2015): queuing delay a large packet adds to a small one",
     params: PARAMS,
+    participants: Participants::Pair,
     scheduling: |_| SchedulingClass::Shared,
     reversible: false,
     bulk_transfer: false,

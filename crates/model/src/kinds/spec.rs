@@ -182,6 +182,16 @@ impl Service {
     }
 }
 
+/// Who takes part in a run of a kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Participants {
+    /// A client and the target it measures (an agent or an external host).
+    Pair,
+    /// One agent on its own (it reads its own interfaces): each agent of a task's group
+    /// runs once per occurrence, with no target, and the run claims only that agent.
+    Alone,
+}
+
 /// A summary metric a kind exports: where it is in the result document, and how
 /// it appears in the Prometheus exposition (`/metrics`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -221,6 +231,7 @@ pub struct TestKind {
     /// One line for help and docs, naming the method and its source.
     pub summary: &'static str,
     pub params: &'static [Param],
+    pub participants: Participants,
     /// How runs with this spec claim resources unless a test says otherwise
     /// (pScheduler's convention: bulk transfers hold their hosts alone; light
     /// probes share).
@@ -260,6 +271,15 @@ impl TestKind {
             .iter()
             .filter_map(|metric| Some((metric.name, metric.extract(result)?)))
             .collect()
+    }
+
+    /// [`TestKind::normalise`] of a JSON object, as the kinds' tests write specs.
+    #[cfg(test)]
+    pub(crate) fn normalise_json(
+        &'static self,
+        given: Value,
+    ) -> Result<Map<String, Value>, Vec<ConfigError>> {
+        self.normalise("spec", given.as_object().expect("a spec is an object"))
     }
 
     pub fn param(&self, name: &str) -> Option<&'static Param> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::config_error::ConfigError;
 use crate::kinds::latency::dscp;
 use crate::kinds::spec::{
-    duration_or_zero, Metric, Param, ParamKind, Service, Spec, Target, TestKind,
+    duration_or_zero, Metric, Param, ParamKind, Participants, Service, Spec, Target, TestKind,
 };
 use crate::scheduling::SchedulingClass;
 use crate::throughput::{Direction, ThroughputProtocol, ThroughputSpec, ThroughputTool};
@@ -112,6 +112,7 @@ pub static KIND: TestKind = TestKind {
     summary:
         "TCP/UDP throughput with TCP_INFO per interval and a limited_by verdict (native or iperf3)",
     params: PARAMS,
+    participants: Participants::Pair,
     scheduling: |_| SchedulingClass::Exclusive,
     reversible: true,
     bulk_transfer: true,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::config_error::ConfigError;
-use crate::kinds::spec::{Metric, Param, ParamKind, Service, Spec, Target, TestKind};
+use crate::kinds::spec::{Metric, Param, ParamKind, Participants, Service, Spec, Target, TestKind};
 use crate::scheduling::SchedulingClass;
 use crate::trace::{TraceProtocol, TraceSpec, MAX_QUERIES, MAX_TTL_LIMIT};
 
@@ -78,6 +78,7 @@ pub static KIND: TestKind = TestKind {
     name: "trace",
     summary: "path discovery with flow-stable probes (Paris traceroute, Augustin et al., IMC 2006) and path-change detection",
     params: PARAMS,
+    participants: Participants::Pair,
     scheduling: |_| SchedulingClass::Shared,
     reversible: false,
     bulk_transfer: false,
