@@ -74,42 +74,29 @@ pub fn perfquery(program: &Path, lid: u32, port: u32) -> Result<String, Infiniba
             source,
         })?;
     let started = Instant::now();
-    let status = loop {
-        if let Some(status) =
-            child
-                .try_wait()
-                .map_err(|source| InfinibandError::PerfqueryMissing {
-                    program: program.to_path_buf(),
-                    source,
-                })?
-        {
-            break status;
-        }
+    let wait_error = |source| InfinibandError::PerfqueryMissing {
+        program: program.to_path_buf(),
+        source,
+    };
+    while child.try_wait().map_err(wait_error)?.is_none() {
         if started.elapsed() >= PERFQUERY_TIMEOUT {
             let _ = child.kill();
             let _ = child.wait();
             return Err(InfinibandError::PerfqueryTimeout { command });
         }
         std::thread::sleep(Duration::from_millis(1));
-    };
-    // Its output is a few hundred bytes: the pipes never fill before it exits.
-    let read_all = |pipe: Option<&mut dyn std::io::Read>| {
-        let mut text = String::new();
-        if let Some(pipe) = pipe {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
-    };
-    let stdout = read_all(child.stdout.as_mut().map(|p| p as &mut dyn std::io::Read));
-    let stderr = read_all(child.stderr.as_mut().map(|p| p as &mut dyn std::io::Read));
-    if !status.success() {
+    }
+    // It has exited: this collects its output (a few hundred bytes, so the pipes never
+    // filled) and the status already reaped.
+    let output = child.wait_with_output().map_err(wait_error)?;
+    if !output.status.success() {
         return Err(InfinibandError::PerfqueryFailed {
             command,
-            status,
-            stderr: stderr.trim().to_string(),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
         });
     }
-    Ok(stdout)
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 fn read_trimmed(path: &Path) -> Option<String> {
