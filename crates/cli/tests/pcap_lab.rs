@@ -413,8 +413,10 @@ fn flow_records_agree_with_tshark_on_lab_captures() {
     }
 }
 
-/// Bazan-Antequera et al.'s 64 KiB window over a delayed path, seen passively: the
-/// capture at the sender says the receive window limited the transfer most of the time,
+/// Bazan-Antequera et al.'s 64 KiB window over a delayed path, seen passively (the
+/// receiver's buffer capped so that it advertises about 64 KiB against a 125 KB
+/// bandwidth-delay product): the capture at the sender says the receive window limited
+/// the transfer most of the time,
 /// and its rate agrees with the transfer's own figure within 1 %; the same path without
 /// the window cap is not window-limited.
 #[test]
@@ -443,7 +445,13 @@ fn a_window_limited_transfer_is_told_apart_from_an_unlimited_one() {
         &[],
         directory.path().join("window.pcapng"),
     );
-    let result = lab.throughput("h1", "10.77.0.2", &["--duration", "4s", "--window", "64K"]);
+    // Only the receiver's window is capped (its namespace's receive buffer limit, which
+    // advertises about 64 KiB): `--window` would also cap the sender's send buffer, and a
+    // sender waiting on its own buffer is not limited by the receive window.
+    let rmem_default = sysctl(&lab, "h2", "net.ipv4.tcp_rmem");
+    sysctl_set(&lab, "h2", "net.ipv4.tcp_rmem", "4096 65536 98304");
+    let result = lab.throughput("h1", "10.77.0.2", &["--duration", "4s"]);
+    sysctl_set(&lab, "h2", "net.ipv4.tcp_rmem", &rmem_default);
     let report = assert_agrees_with_tshark(&capture.finish(), "64 KiB window");
     let flow = data_flow(&report);
     let share = &flow["limited_by_share"];
@@ -472,4 +480,16 @@ fn a_window_limited_transfer_is_told_apart_from_an_unlimited_one() {
         share["receive_window"].as_f64().unwrap() < 0.2,
         "open window: {share}"
     );
+}
+
+/// A sysctl's value in a lab node's namespace.
+fn sysctl(lab: &LabGuard, node: &str, name: &str) -> String {
+    let output = lab.exec(node, &["sysctl", "-n", name]);
+    assert!(output.status.success(), "sysctl {name}: {output:?}");
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+fn sysctl_set(lab: &LabGuard, node: &str, name: &str, value: &str) {
+    let output = lab.exec(node, &["sysctl", "-w", &format!("{name}={value}")]);
+    assert!(output.status.success(), "sysctl {name}={value}: {output:?}");
 }

@@ -132,7 +132,9 @@ async fn every_kind_scenario(kind: Kind) {
     assert_eq!(status, 200, "{body}");
     let applied_us = now_us();
 
-    // One occurrence of every task: wait until each task has a finished run (bounded).
+    // One occurrence of every task: wait until each task has a run and none of the
+    // occurrence's runs is still to start or running (bounded). A task with several runs
+    // (both directions, one per agent) is not done when its first run is.
     let tasks: BTreeSet<&str> = [
         "lat",
         "stamp-ext",
@@ -157,12 +159,11 @@ async fn every_kind_scenario(kind: Kind) {
             .runs_between(applied_us - 5_000_000, applied_us + 60_000_000)
             .await
             .unwrap();
-        let finished: BTreeSet<&str> = runs
+        let planned: BTreeSet<&str> = runs.iter().map(|run| run.task.as_str()).collect();
+        let pending = runs
             .iter()
-            .filter(|run| !matches!(run.state, RunState::Scheduled | RunState::Dispatched))
-            .map(|run| run.task.as_str())
-            .collect();
-        if finished == tasks || tokio::time::Instant::now() > deadline {
+            .any(|run| matches!(run.state, RunState::Scheduled | RunState::Dispatched));
+        if (planned == tasks && !pending) || tokio::time::Instant::now() > deadline {
             break runs;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -332,15 +333,26 @@ async fn every_kind_scenario(kind: Kind) {
     assert!(counters.iter().all(|run| run.server == run.client));
     assert!(metric("counters", "interface_rx_bytes") >= 0.0);
     assert_eq!(metric("counters", "interface_counter_reset_intervals"), 0.0);
+    // The app metrics are written just after the run is marked completed, so the last
+    // run's may still be on their way: read until all three are there (bounded).
     for agent in ["k1", "k2"] {
-        let (status, body) = admin
-            .call(
-                "GET",
-                &format!("/api/v1/app-metrics?name=interface_rx_bytes&tag.agent={agent}&tag.interface=lo"),
-                None,
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let body = loop {
+            let (status, body) = admin
+                .call(
+                    "GET",
+                    &format!("/api/v1/app-metrics?name=interface_rx_bytes&tag.agent={agent}&tag.interface=lo"),
+                    None,
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+            if body["metrics"].as_array().unwrap().len() >= 3
+                || tokio::time::Instant::now() > deadline
+            {
+                break body;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         let metrics = body["metrics"].as_array().unwrap();
         assert_eq!(metrics.len(), 3, "{body}");
         assert_eq!(metrics[0]["unit"], "bytes");
