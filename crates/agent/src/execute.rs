@@ -25,6 +25,7 @@ pub static ENGINES: &[(&TestKind, Engine)] = &[
     (&kinds::health::KIND, health),
     (&kinds::diagnose::KIND, diagnose),
     (&kinds::counters::KIND, counters),
+    (&kinds::capture::KIND, capture),
 ];
 
 /// Names of the kinds this agent can run as a client.
@@ -113,6 +114,17 @@ fn counters(spec: &Spec<'_>, _: &Target, _: &AssignedRun) -> Result<Value, Strin
         std::path::Path::new(vantage_probe::counters::SYSFS_NET),
         &spec,
         &mut |_| {},
+    )
+    .map(to_json)
+    .map_err(|error| error.to_string())
+}
+
+/// Captures on this agent's own interface and uploads the flow records, not the packets.
+fn capture(spec: &Spec<'_>, _: &Target, _: &AssignedRun) -> Result<Value, String> {
+    let spec = kinds::capture::engine_spec(spec).map_err(spec_error)?;
+    vantage_probe::capture::run_capture(
+        std::path::Path::new(vantage_probe::capture::DUMPCAP),
+        &spec,
     )
     .map(to_json)
     .map_err(|error| error.to_string())
@@ -276,6 +288,81 @@ mod tests {
     #[test]
     fn every_kind_has_an_engine_and_is_a_capability() {
         assert_eq!(capabilities(), kinds::names());
+    }
+
+    /// As root: a capture on loopback with a filter sees a known stream of datagrams as
+    /// one UDP flow, every packet dumpcap says it captured, and none of the traffic the
+    /// filter leaves out.
+    #[test]
+    fn capture_uploads_the_flow_records_of_the_filtered_traffic() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "capturing needs root (CAP_NET_RAW): run the tests as root"
+        );
+        let receiver = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let other = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = receiver.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sender = {
+            let stop = stop.clone();
+            let (to, other) = (receiver.local_addr().unwrap(), other.local_addr().unwrap());
+            std::thread::spawn(move || {
+                let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                // Bounded: 400 datagrams at most, 10 ms apart.
+                for _ in 0..400 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    socket.send_to(&[7; 100], to).unwrap();
+                    socket.send_to(&[7; 300], other).unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            })
+        };
+        let upload = execute(
+            &run(
+                "capture",
+                serde_json::json!({"interface": "lo", "filter": format!("udp dst port {port}"), "duration": "2s"}),
+            ),
+            "a",
+        );
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        sender.join().unwrap();
+        assert_eq!(upload.outcome, RunOutcome::Completed, "{:?}", upload.error);
+        let result = upload.result.unwrap();
+        let flows = result["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), 1, "{result}");
+        let flow = &flows[0];
+        assert_eq!(flow["protocol"], "udp");
+        assert_eq!(flow["server"], format!("127.0.0.1:{port}"));
+        let packets = flow["client_to_server"]["packets"].as_u64().unwrap();
+        assert!(packets >= 50, "2 s at 100 datagrams/s captured {packets}");
+        assert_eq!(flow["client_to_server"]["payload_bytes"], packets * 100);
+        let said = result["tool_said"].as_str().unwrap();
+        assert!(
+            said.contains(&format!("Packets captured: {packets}")),
+            "dumpcap said: {said}"
+        );
+        assert_eq!(result["summary"]["flows"], 1);
+        assert_eq!(result["summary"]["payload_bytes"], packets * 100);
+        assert_eq!(result["capture"]["packets"], packets);
+        assert_eq!(result["spec"]["duration_s"], 2);
+        let metrics = kinds::capture::KIND.summary(&result);
+        assert!(metrics.contains(&("capture_flows", 1.0)), "{metrics:?}");
+
+        let upload = execute(
+            &run(
+                "capture",
+                serde_json::json!({"interface": "nosuch0", "duration": "1s"}),
+            ),
+            "a",
+        );
+        assert_eq!(upload.outcome, RunOutcome::Failed);
+        let error = upload.error.unwrap();
+        assert!(
+            error.contains("dumpcap -i nosuch0") && error.contains("nosuch0"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -8,8 +8,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::{Map, Value};
+use vantage_model::config::ConfigError;
 use vantage_model::counters::{CounterInterval, CountersResult};
-use vantage_model::kinds::{self, Spec};
+use vantage_model::kinds::{self, Spec, TestKind};
 use vantage_probe::counters::{run_counters, SYSFS_NET};
 
 use crate::cmd_latency::{print_json, print_stdout};
@@ -34,7 +35,6 @@ pub struct CountersArgs {
 }
 
 pub fn run(args: CountersArgs) -> ExitCode {
-    // The options are the kind's parameters, checked by the kind as a task's would be.
     let mut given = Map::new();
     if !args.interfaces.is_empty() {
         given.insert("interfaces".into(), Value::from(args.interfaces.join(",")));
@@ -42,18 +42,9 @@ pub fn run(args: CountersArgs) -> ExitCode {
     given.insert("interval".into(), Value::from(args.interval));
     given.insert("count".into(), Value::from(args.count));
     given.insert("counter_bits".into(), Value::from(args.counter_bits));
-    let kind = &kinds::counters::KIND;
-    let spec = match kind
-        .normalise("option", &given)
-        .map_err(|errors| errors[0].to_string())
-        .and_then(|values| {
-            kinds::counters::engine_spec(&Spec::new(kind, &values)).map_err(|e| e.to_string())
-        }) {
-        Ok(spec) => spec,
-        Err(error) => {
-            eprintln!("vantage counters: invalid {error}");
-            return ExitCode::FAILURE;
-        }
+    let Some(spec) = options_spec(&kinds::counters::KIND, &given, kinds::counters::engine_spec)
+    else {
+        return ExitCode::FAILURE;
     };
     match run_counters(Path::new(SYSFS_NET), &spec, &mut |_| {}) {
         Ok(result) if args.json => print_json("counters", &result),
@@ -63,6 +54,20 @@ pub fn run(args: CountersArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A command's options read as the kind's parameters, checked by the kind as a task's
+/// would be, into the engine's spec; on an invalid option says which on stderr.
+pub(crate) fn options_spec<T>(
+    kind: &'static TestKind,
+    given: &Map<String, Value>,
+    engine_spec: impl Fn(&Spec<'_>) -> Result<T, ConfigError>,
+) -> Option<T> {
+    kind.normalise("option", given)
+        .map_err(|errors| errors[0].to_string())
+        .and_then(|values| engine_spec(&Spec::new(kind, &values)).map_err(|e| e.to_string()))
+        .map_err(|error| eprintln!("vantage {}: invalid {error}", kind.name))
+        .ok()
 }
 
 fn cell(value: Option<u64>) -> String {

@@ -80,14 +80,15 @@ pub(crate) fn read_capture<T>(
         .ok()
 }
 
-fn render(source: &str, report: &CaptureReport) -> String {
+pub(crate) fn render(source: &str, report: &CaptureReport) -> String {
     let capture = &report.capture;
     let mut out = format!(
-        "{source}: {}, {} frames, {} TCP/UDP packets in {} flows over {:.3} s\n",
+        "{source}: {}, {} frames, {} TCP/UDP packets in {} flow{} over {:.3} s\n",
         capture.format,
         capture.frames,
         capture.packets,
         report.flows.len(),
+        if report.flows.len() == 1 { "" } else { "s" },
         capture.duration_s
     );
     for note in &capture.quality {

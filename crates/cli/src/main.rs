@@ -2,6 +2,7 @@
 
 mod cmd_agent;
 mod cmd_capacity;
+mod cmd_capture;
 mod cmd_config;
 mod cmd_counters;
 mod cmd_demo;
@@ -78,6 +79,8 @@ enum Command {
     Ib(cmd_ib::IbArgs),
     /// Interface counters each interval: bytes, packets, errors and drops each way, with rates across counter wraps and resets.
     Counters(cmd_counters::CountersArgs),
+    /// Packet capture on an interface for a bounded time and filter (Wireshark's dumpcap), analysed into flow records as `vantage pcap` does.
+    Capture(cmd_capture::CaptureArgs),
     /// Subjective ratings: MOS with 95 % CIs per condition, pairwise t-tests, Pearson r and slopes against an objective metric (Alali 2019, ch. 5).
     Mos(cmd_mos::MosArgs),
     /// Display update times of a thin-client session from its capture (VD-DUT, Alali 2019, ch. 5).
@@ -130,6 +133,7 @@ fn main() -> std::process::ExitCode {
         Command::Vddut(args) => cmd_vddut::run(args),
         Command::Ib(args) => cmd_ib::run(args),
         Command::Counters(args) => cmd_counters::run(args),
+        Command::Capture(args) => cmd_capture::run(args),
         Command::Mos(args) => cmd_mos::run(args),
     }
 }

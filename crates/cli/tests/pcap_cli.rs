@@ -1,4 +1,5 @@
-//! `vantage pcap` and `vantage vddut` as a user meets them: files written here, no root.
+//! `vantage pcap`, `vantage vddut` and `vantage capture`'s refusals as a user meets them: files
+//! written here, no root.
 
 mod support;
 
@@ -74,7 +75,7 @@ fn pcap_prints_flows_and_refuses_what_is_not_a_capture() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{output:?}");
     assert!(
-        stdout.contains("pcap, 5 frames, 5 TCP/UDP packets in 1 flows"),
+        stdout.contains("pcap, 5 frames, 5 TCP/UDP packets in 1 flow "),
         "{stdout}"
     );
     assert!(
@@ -138,6 +139,53 @@ fn vddut_prints_each_task_s_update_and_says_when_no_marker_was_captured() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("no start marker (UDP to port 7)"),
+        "{stderr}"
+    );
+}
+
+/// A capture's options are the kind's parameters: what would let a filter be read as an
+/// option, or a capture run unbounded, is refused with the option's name before any
+/// program starts, and a missing capture program is named.
+#[test]
+fn capture_refuses_unsafe_options_and_names_a_missing_dumpcap() {
+    for (args, says) in [
+        (
+            &["capture", "lo", "--filter=-w /etc/passwd"][..],
+            "vantage capture: invalid option.filter: may not start with '-'",
+        ),
+        (
+            &["capture", "lo", "--duration", "1500ms"][..],
+            "vantage capture: invalid option.duration: must be a whole number of seconds, at least 1 s",
+        ),
+        (
+            &["capture", "lo", "--duration", "1h"][..],
+            "vantage capture: invalid option.duration: is longer than 600 s",
+        ),
+        (
+            &["capture", "../x"][..],
+            "vantage capture: invalid option.interface: '../x' is not an interface name",
+        ),
+    ] {
+        let output = vantage(args);
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.starts_with(says), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    let output = vantage(&[
+        "capture",
+        "lo",
+        "-d",
+        "1s",
+        "--dumpcap",
+        "/nonexistent/dumpcap",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "vantage capture: cannot run /nonexistent/dumpcap (Wireshark's dumpcap, Debian package wireshark-common)"
+        ),
         "{stderr}"
     );
 }

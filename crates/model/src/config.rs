@@ -1150,7 +1150,7 @@ type = "latency"
     #[test]
     fn documented_example_validates_with_defaults_filled_in() {
         let (config, validated) = load_config("mesh.toml", EXAMPLE_TOML).expect("example is valid");
-        assert_eq!(config.tasks.len(), 12);
+        assert_eq!(config.tasks.len(), 13);
         // Every test kind appears in the example.
         let kinds: BTreeSet<&str> = validated.tests.iter().map(|t| t.kind.as_str()).collect();
         assert_eq!(kinds, crate::kinds::names().into_iter().collect());

@@ -207,6 +207,38 @@ pub struct EcdfRow {
     pub rates_bps: Vec<f64>,
 }
 
+/// A capture's flows added up, for a summary line and the archive's metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowTotals {
+    pub flows: u64,
+    pub tcp_flows: u64,
+    pub udp_flows: u64,
+    /// Payload bytes, both ways.
+    pub payload_bytes: u64,
+    /// TCP retransmissions, both ways.
+    pub retransmits: u64,
+}
+
+impl CaptureReport {
+    pub fn totals(&self) -> FlowTotals {
+        self.flows
+            .iter()
+            .fold(FlowTotals::default(), |mut totals, flow| {
+                totals.flows += 1;
+                if flow.protocol == "tcp" {
+                    totals.tcp_flows += 1;
+                } else {
+                    totals.udp_flows += 1;
+                }
+                for direction in [&flow.client_to_server, &flow.server_to_client] {
+                    totals.payload_bytes += direction.payload_bytes;
+                    totals.retransmits += direction.retransmits;
+                }
+                totals
+            })
+    }
+}
+
 /// Reads a capture and analyses every flow in it.
 pub fn analyse<R: Read + Send>(input: R, options: &Options) -> Result<CaptureReport, PassiveError> {
     let mut table = FlowTable::new(options.interval_ns, options.max_flows);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use thiserror::Error;
 
+use crate::subprocess::{run_bounded, BoundedRunError};
 use crate::sysfs::{read_counter_file, SysfsError};
 
 /// Where Linux lists InfiniBand devices.
@@ -63,32 +64,19 @@ pub const PERFQUERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// run as `program`. Its `PortXmitWait` is read by `vantage_analysis::fitf::parse_perfquery`.
 pub fn perfquery(program: &Path, lid: u32, port: u32) -> Result<String, InfinibandError> {
     let command = format!("{} -x {lid} {port}", program.display());
-    let mut child = std::process::Command::new(program)
-        .args(["-x", &lid.to_string(), &port.to_string()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|source| InfinibandError::PerfqueryMissing {
+    let output = run_bounded(
+        std::process::Command::new(program).args(["-x", &lid.to_string(), &port.to_string()]),
+        PERFQUERY_TIMEOUT,
+    )
+    .map_err(|error| match error {
+        BoundedRunError::Io(source) => InfinibandError::PerfqueryMissing {
             program: program.to_path_buf(),
             source,
-        })?;
-    let started = Instant::now();
-    let wait_error = |source| InfinibandError::PerfqueryMissing {
-        program: program.to_path_buf(),
-        source,
-    };
-    while child.try_wait().map_err(wait_error)?.is_none() {
-        if started.elapsed() >= PERFQUERY_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(InfinibandError::PerfqueryTimeout { command });
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // It has exited: this collects its output (a few hundred bytes, so the pipes never
-    // filled) and the status already reaped.
-    let output = child.wait_with_output().map_err(wait_error)?;
+        },
+        BoundedRunError::Timeout => InfinibandError::PerfqueryTimeout {
+            command: command.clone(),
+        },
+    })?;
     if !output.status.success() {
         return Err(InfinibandError::PerfqueryFailed {
             command,
@@ -327,11 +315,7 @@ mod tests {
 
     /// A stand-in for perfquery: a shell script printing what the real one prints.
     fn fake_perfquery(dir: &Path, body: &str) -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
-        let path = dir.join("perfquery");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
+        crate::subprocess::fake_program(dir, "perfquery", body)
     }
 
     #[test]

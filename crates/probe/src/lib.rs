@@ -14,6 +14,7 @@
 //! - [`deadline`]: one deadline for a whole setup exchange (trickling peers are cut off).
 
 pub mod capacity;
+pub mod capture;
 pub mod clock;
 pub mod counters;
 pub mod cpu;
@@ -28,6 +29,7 @@ pub mod mtu;
 pub mod pacing;
 pub mod sandwich;
 pub mod source_policy;
+pub mod subprocess;
 pub mod sysfs;
 pub mod tcp_info;
 pub mod throughput;

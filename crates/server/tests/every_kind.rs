@@ -108,7 +108,8 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "route-icmp", "type": "trace", "spec": {"protocol": "icmp", "max_ttl": 4, "queries": 2, "timeout": "500ms"}},
             {"name": "bundle", "type": "health", "spec": {"count": 3, "interval": "10ms", "timeout": "500ms", "throughput_duration": "500ms"}},
             {"name": "segment", "type": "diagnose", "spec": {"probes": 10, "tcp_duration": "500ms", "tcp_omit": "100ms", "small_udp_duration": "200ms"}},
-            {"name": "nics", "type": "counters", "spec": {"interfaces": "lo", "interval": "200ms", "count": 3}}
+            {"name": "nics", "type": "counters", "spec": {"interfaces": "lo", "interval": "200ms", "count": 3}},
+            {"name": "sniff", "type": "capture", "spec": {"interface": "lo", "filter": "tcp", "duration": "1s"}}
         ],
         "tasks": [
             {"name": "lat", "test": "rtt", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
@@ -123,7 +124,8 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "trace-ext", "test": "route-icmp", "group": "to-host", "every": "1m", "offset": offset, "slip": "40s"},
             {"name": "health", "test": "bundle", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
             {"name": "diagnose", "test": "segment", "group": "pair", "every": "1m", "offset": offset, "slip": "40s", "directions": "one"},
-            {"name": "counters", "test": "nics", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"}
+            {"name": "counters", "test": "nics", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
+            {"name": "capture", "test": "sniff", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"}
         ],
         // The scheduled capacity run is judged against a committed rate (Rufini et al.).
         "contracts": [{"name": "downlink-sla", "tasks": ["cap"], "rate": "1M"}]
@@ -149,6 +151,7 @@ async fn every_kind_scenario(kind: Kind) {
         "health",
         "diagnose",
         "counters",
+        "capture",
     ]
     .into();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -358,6 +361,19 @@ async fn every_kind_scenario(kind: Kind) {
         assert_eq!(metrics[0]["unit"], "bytes");
         assert_eq!(metrics[0]["publisher"], agent);
     }
+    // Each agent captured on its own loopback and uploaded flow records, not packets.
+    let captures = &by_task["capture"];
+    let mut clients: Vec<&str> = captures.iter().map(|run| run.client.as_str()).collect();
+    clients.sort();
+    assert_eq!(clients, ["k1", "k2"]);
+    let capture = raw("capture");
+    assert_eq!(capture["spec"]["interface"], "lo", "{capture}");
+    assert_eq!(capture["capture"]["format"], "pcapng", "{capture}");
+    assert!(capture["flows"].is_array(), "{capture}");
+    assert_eq!(
+        metric("capture", "capture_flows"),
+        capture["flows"].as_array().unwrap().len() as f64
+    );
     assert_eq!(raw("stamp-ext")["spec"]["udp_mode"], "stamp");
     assert_eq!(raw("icmp-ext")["spec"]["size_bytes"], 4096);
     assert_eq!(raw("cap")["spec"]["reverse"], true);

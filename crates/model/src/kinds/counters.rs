@@ -171,7 +171,7 @@ fn estimate(spec: &Spec<'_>) -> Option<Duration> {
 }
 
 /// A name Linux could give an interface: what `/sys/class/net/NAME` may be.
-fn check_interface_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_interface_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("an interface name is empty (a stray comma?)".to_string());
     }

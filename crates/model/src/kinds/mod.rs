@@ -9,6 +9,7 @@
 //! instead of matching on kind names.
 
 pub mod capacity;
+pub mod capture;
 pub mod counters;
 pub mod diagnose;
 pub mod health;
@@ -37,6 +38,7 @@ pub static KINDS: &[&TestKind] = &[
     &health::KIND,
     &diagnose::KIND,
     &counters::KIND,
+    &capture::KIND,
 ];
 
 /// The kind named `name`.

@@ -1,0 +1,194 @@
+//! The `capture` kind's engine: Wireshark's `dumpcap` captures on one interface for the
+//! run's duration (also bounded by packet count and file size), and the capture is
+//! analysed where it was taken (`vantage_passive`) into flow records; the packets stay
+//! in a temporary file that is removed once it is read.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use vantage_model::kinds::capture::CaptureSpec;
+use vantage_passive::{analyse, CaptureReport, CaptureSide, FlowTotals, Options, PassiveError};
+
+use crate::subprocess::{run_bounded, BoundedRunError};
+
+/// Wireshark's capture program (Debian's `wireshark-common`, installed with tshark).
+pub const DUMPCAP: &str = "dumpcap";
+/// How long dumpcap may take beyond the capture's duration to open the interface and
+/// write its last statistics before it is killed.
+const DUMPCAP_GRACE: Duration = Duration::from_secs(15);
+/// The capture file's bound, in dumpcap's kB: enough for the largest snapshot length
+/// times the largest packet count the kind allows would be far too much to hold, so
+/// the file stops at 1 GiB whatever the packet count.
+const MAX_FILE_KB: u64 = 1 << 20;
+
+#[derive(Debug, Error)]
+pub enum CaptureError {
+    #[error(
+        "cannot run {program} (Wireshark's dumpcap, Debian package wireshark-common): {source}"
+    )]
+    Missing {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{command} did not finish within its {duration_s} s and {} s of grace", DUMPCAP_GRACE.as_secs())]
+    Timeout { command: String, duration_s: u64 },
+    #[error("{command} failed ({status}): {said}")]
+    Failed {
+        command: String,
+        status: std::process::ExitStatus,
+        said: String,
+    },
+    #[error("cannot make a file for the capture: {0}")]
+    TemporaryFile(std::io::Error),
+    #[error("reading the capture dumpcap wrote: {0}")]
+    Analysis(#[from] PassiveError),
+}
+
+/// What a capture run reports: the flow records and the capture's quality, as
+/// `vantage pcap` gives them, with their totals and what the capture program said.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaptureResult {
+    pub spec: CaptureSpec,
+    /// The capture command as run (the file name aside).
+    pub command: String,
+    /// What dumpcap said: the interface, and packets captured, received and dropped.
+    pub tool_said: String,
+    pub summary: FlowTotals,
+    #[serde(flatten)]
+    pub report: CaptureReport,
+}
+
+/// dumpcap's arguments for `spec`, writing pcapng (which carries the interface's drop
+/// count) to `file`.
+fn dumpcap_args(spec: &CaptureSpec, file: &Path) -> Vec<String> {
+    let mut args = vec![
+        "-i".to_string(),
+        spec.interface.clone(),
+        "-s".to_string(),
+        spec.snaplen_bytes.to_string(),
+        "-c".to_string(),
+        spec.max_packets.to_string(),
+        "-a".to_string(),
+        format!("duration:{}", spec.duration_s),
+        "-a".to_string(),
+        format!("filesize:{MAX_FILE_KB}"),
+        "-q".to_string(),
+    ];
+    if let Some(filter) = &spec.filter {
+        args.extend(["-f".to_string(), filter.clone()]);
+    }
+    args.extend(["-w".to_string(), file.display().to_string()]);
+    args
+}
+
+/// Captures as `spec` says with `program` (normally [`DUMPCAP`]) and analyses the
+/// capture. Blocking: about the spec's duration.
+pub fn run_capture(program: &Path, spec: &CaptureSpec) -> Result<CaptureResult, CaptureError> {
+    let directory = tempfile::Builder::new()
+        .prefix("vantage-capture-")
+        .tempdir()
+        .map_err(CaptureError::TemporaryFile)?;
+    let file = directory.path().join("capture.pcapng");
+    let args = dumpcap_args(spec, &file);
+    let shown: Vec<&str> = args[..args.len() - 2].iter().map(String::as_str).collect();
+    let command = format!("{} {}", program.display(), shown.join(" "));
+    let output = run_bounded(
+        Command::new(program).args(&args),
+        Duration::from_secs(spec.duration_s) + DUMPCAP_GRACE,
+    )
+    .map_err(|error| match error {
+        BoundedRunError::Io(source) => CaptureError::Missing {
+            program: program.to_path_buf(),
+            source,
+        },
+        BoundedRunError::Timeout => CaptureError::Timeout {
+            command: command.clone(),
+            duration_s: spec.duration_s,
+        },
+    })?;
+    // The temporary file's name is of no use once it is gone.
+    let said = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|line| !line.starts_with("File: "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if !output.status.success() {
+        return Err(CaptureError::Failed {
+            command,
+            status: output.status,
+            said,
+        });
+    }
+    let options = Options {
+        side: match spec.side.as_deref() {
+            Some("client") => Some(CaptureSide::Client),
+            Some("server") => Some(CaptureSide::Server),
+            _ => None,
+        },
+        ..Options::default()
+    };
+    let opened = File::open(&file).map_err(PassiveError::Io)?;
+    let report = analyse(BufReader::new(opened), &options)?;
+    Ok(CaptureResult {
+        spec: spec.clone(),
+        command,
+        tool_said: said,
+        summary: report.totals(),
+        report,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> CaptureSpec {
+        CaptureSpec {
+            interface: "eth0".into(),
+            filter: Some("tcp port 5201".into()),
+            duration_s: 30,
+            snaplen_bytes: 128,
+            max_packets: 1000,
+            side: None,
+        }
+    }
+
+    #[test]
+    fn dumpcap_is_bounded_in_time_packets_and_size_and_takes_the_filter_as_one_argument() {
+        let args = dumpcap_args(&spec(), Path::new("/tmp/x.pcapng"));
+        assert_eq!(
+            args.join(" "),
+            "-i eth0 -s 128 -c 1000 -a duration:30 -a filesize:1048576 -q -f tcp port 5201 -w /tmp/x.pcapng"
+        );
+        assert_eq!(args[12], "tcp port 5201");
+    }
+
+    #[test]
+    fn a_failing_or_missing_dumpcap_is_named_with_what_it_said() {
+        let directory = tempfile::tempdir().unwrap();
+        let program = crate::subprocess::fake_program(
+            directory.path(),
+            "dumpcap",
+            r#"echo 'dumpcap: There is no device named "eth0".' >&2; exit 1"#,
+        );
+        let error = run_capture(&program, &spec()).unwrap_err().to_string();
+        assert!(
+            error.contains("-i eth0 -s 128 -c 1000 -a duration:30")
+                && error.ends_with("dumpcap: There is no device named \"eth0\"."),
+            "{error}"
+        );
+        assert!(!error.contains("-w"), "{error}");
+
+        let missing = directory.path().join("absent");
+        let error = run_capture(&missing, &spec()).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!("cannot run {}", missing.display())),
+            "{error}"
+        );
+    }
+}
