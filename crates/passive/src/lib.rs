@@ -34,13 +34,9 @@ pub enum PassiveError {
     Io(#[from] std::io::Error),
 }
 
-/// Where the capture was taken, relative to a TCP connection's ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CaptureSide {
-    Client,
-    Server,
-}
+/// Where the capture was taken, relative to a TCP connection's ends (declared with the
+/// `capture` test kind, whose spec names it).
+pub use vantage_model::kinds::capture::CaptureSide;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Options {

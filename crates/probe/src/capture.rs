@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use vantage_model::kinds::capture::CaptureSpec;
-use vantage_passive::{analyse, CaptureReport, CaptureSide, FlowTotals, Options, PassiveError};
+use vantage_passive::{analyse, CaptureReport, FlowTotals, Options, PassiveError};
 
 use crate::subprocess::{run_bounded, BoundedRunError};
 
@@ -21,9 +21,9 @@ pub const DUMPCAP: &str = "dumpcap";
 /// How long dumpcap may take beyond the capture's duration to open the interface and
 /// write its last statistics before it is killed.
 const DUMPCAP_GRACE: Duration = Duration::from_secs(15);
-/// The capture file's bound, in dumpcap's kB: enough for the largest snapshot length
-/// times the largest packet count the kind allows would be far too much to hold, so
-/// the file stops at 1 GiB whatever the packet count.
+/// The capture file's bound, in dumpcap's kB (1 GiB): the largest snapshot length times
+/// the largest packet count the kind allows would be far more than an agent should hold,
+/// so the file stops here whatever the packet count.
 const MAX_FILE_KB: u64 = 1 << 20;
 
 #[derive(Debug, Error)]
@@ -63,9 +63,9 @@ pub struct CaptureResult {
     pub report: CaptureReport,
 }
 
-/// dumpcap's arguments for `spec`, writing pcapng (which carries the interface's drop
-/// count) to `file`.
-fn dumpcap_args(spec: &CaptureSpec, file: &Path) -> Vec<String> {
+/// dumpcap's arguments for `spec`, but for the file it writes (pcapng, which carries the
+/// interface's drop count).
+fn dumpcap_args(spec: &CaptureSpec) -> Vec<String> {
     let mut args = vec![
         "-i".to_string(),
         spec.interface.clone(),
@@ -82,7 +82,6 @@ fn dumpcap_args(spec: &CaptureSpec, file: &Path) -> Vec<String> {
     if let Some(filter) = &spec.filter {
         args.extend(["-f".to_string(), filter.clone()]);
     }
-    args.extend(["-w".to_string(), file.display().to_string()]);
     args
 }
 
@@ -94,11 +93,10 @@ pub fn run_capture(program: &Path, spec: &CaptureSpec) -> Result<CaptureResult, 
         .tempdir()
         .map_err(CaptureError::TemporaryFile)?;
     let file = directory.path().join("capture.pcapng");
-    let args = dumpcap_args(spec, &file);
-    let shown: Vec<&str> = args[..args.len() - 2].iter().map(String::as_str).collect();
-    let command = format!("{} {}", program.display(), shown.join(" "));
+    let args = dumpcap_args(spec);
+    let command = format!("{} {}", program.display(), args.join(" "));
     let output = run_bounded(
-        Command::new(program).args(&args),
+        Command::new(program).args(&args).arg("-w").arg(&file),
         Duration::from_secs(spec.duration_s) + DUMPCAP_GRACE,
     )
     .map_err(|error| match error {
@@ -125,11 +123,7 @@ pub fn run_capture(program: &Path, spec: &CaptureSpec) -> Result<CaptureResult, 
         });
     }
     let options = Options {
-        side: match spec.side.as_deref() {
-            Some("client") => Some(CaptureSide::Client),
-            Some("server") => Some(CaptureSide::Server),
-            _ => None,
-        },
+        side: spec.side,
         ..Options::default()
     };
     let opened = File::open(&file).map_err(PassiveError::Io)?;
@@ -160,10 +154,10 @@ mod tests {
 
     #[test]
     fn dumpcap_is_bounded_in_time_packets_and_size_and_takes_the_filter_as_one_argument() {
-        let args = dumpcap_args(&spec(), Path::new("/tmp/x.pcapng"));
+        let args = dumpcap_args(&spec());
         assert_eq!(
             args.join(" "),
-            "-i eth0 -s 128 -c 1000 -a duration:30 -a filesize:1048576 -q -f tcp port 5201 -w /tmp/x.pcapng"
+            "-i eth0 -s 128 -c 1000 -a duration:30 -a filesize:1048576 -q -f tcp port 5201"
         );
         assert_eq!(args[12], "tcp port 5201");
     }

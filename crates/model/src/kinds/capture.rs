@@ -135,6 +135,15 @@ pub const TRUNCATED: Metric = Metric {
     help: "Frames the snapshot length cut short in the latest capture run.",
 };
 
+/// Where the capture was taken, relative to a TCP connection's ends: which of
+/// Miravalls-Sierra et al.'s handshake formulas applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptureSide {
+    Client,
+    Server,
+}
+
 /// What the agent captures and how it reads the capture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CaptureSpec {
@@ -143,8 +152,8 @@ pub struct CaptureSpec {
     pub duration_s: u64,
     pub snaplen_bytes: u32,
     pub max_packets: u64,
-    /// `client` or `server`; `None`: detected per connection.
-    pub side: Option<String>,
+    /// `None`: detected per connection from its handshake.
+    pub side: Option<CaptureSide>,
 }
 
 fn estimate(spec: &Spec<'_>) -> Option<Duration> {
@@ -199,14 +208,19 @@ pub fn engine_spec(spec: &Spec<'_>) -> Result<CaptureSpec, ConfigError> {
             format!("is longer than {} s", MAX_DURATION.as_secs()),
         ));
     }
-    let side = spec.required("side", Spec::text)?;
+    // The parameter's choices are these three.
+    let side = match spec.required("side", Spec::text)?.as_str() {
+        "client" => Some(CaptureSide::Client),
+        "server" => Some(CaptureSide::Server),
+        _ => None,
+    };
     Ok(CaptureSpec {
         interface,
         filter,
         duration_s: duration.as_secs(),
         snaplen_bytes: spec.required("snaplen", Spec::number_u32)?,
         max_packets: spec.required("max_packets", Spec::number)?,
-        side: (side != "auto").then_some(side),
+        side,
     })
 }
 
@@ -246,7 +260,7 @@ mod tests {
             .unwrap();
         let spec = engine_spec(&Spec::new(&KIND, &values)).unwrap();
         assert_eq!(spec.filter.as_deref(), Some("tcp port 5201"));
-        assert_eq!(spec.side.as_deref(), Some("server"));
+        assert_eq!(spec.side, Some(CaptureSide::Server));
         assert_eq!(spec.duration_s, 60);
         for (field, bad, why) in [
             ("filter", json!("-w /etc/passwd"), "may not start with '-'"),
