@@ -12,7 +12,6 @@
 //!
 //! Exit status: 0 healthy, 2 degraded, 3 unreachable, 1 when it could not run.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -30,26 +29,23 @@ use vantage_model::units::format_rate_bps;
 
 use crate::cmd_latency::{duration_arg, print_json, print_stdout};
 use crate::cmd_throughput::rate_arg;
-use crate::connection::ServerConnection;
+use crate::connection::{OptionalServer, ServerConnection};
 
 /// What this host is called in the answer.
 const THIS_HOST: &str = "this host";
 
 #[derive(Args, Debug)]
+#[command(
+    mut_arg("server", |arg| arg.help("Ask this server (URL) to diagnose the path between two of its agents")),
+    mut_arg("token", |arg| arg.help("Bearer token for `--server` (role publisher or admin)")),
+)]
 pub struct DiagnoseArgs {
     /// A `vantage endpoint` to diagnose the path to from this host: HOST or HOST:PORT
     /// (default port 7862). With `--server`: the source and destination agents, SRC DST.
     #[arg(value_name = "TARGET | SRC DST", num_args = 1..=2, required = true)]
     points: Vec<String>,
-    /// Ask this server (URL) to diagnose the path between two of its agents.
-    #[arg(long, value_name = "URL", requires = "token")]
-    server: Option<String>,
-    /// Bearer token for `--server` (role publisher or admin).
-    #[arg(long, env = "VANTAGE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// CA certificate(s) (PEM) to trust for an https:// server.
-    #[arg(long, value_name = "FILE")]
-    ca_cert: Option<PathBuf>,
+    #[command(flatten)]
+    server: OptionalServer,
     /// With `--server`: measure end to end only, not between the measurement points.
     #[arg(long)]
     no_segments: bool,
@@ -139,13 +135,8 @@ fn fail(message: String) -> ExitCode {
 }
 
 pub fn run(args: DiagnoseArgs) -> ExitCode {
-    match (&args.server, args.points.as_slice()) {
-        (Some(server), [source, destination]) => {
-            let connection = ServerConnection {
-                server: server.clone(),
-                token: args.token.clone().unwrap_or_default(),
-                ca_cert: args.ca_cert.clone(),
-            };
+    match (args.server.connection(), args.points.as_slice()) {
+        (Some(connection), [source, destination]) => {
             let request = DiagnoseRequest {
                 source: source.clone(),
                 destination: destination.clone(),

@@ -10,9 +10,16 @@ use clap::{Args, ValueEnum};
 use vantage_model::units::format_rate_bps;
 use vantage_passive::{analyse, CaptureReport, CaptureSide, FlowRecord, Options, PassiveError};
 
+use vantage_server::imports::CaptureImport;
+
 use crate::cmd_latency::{duration_arg, print_json, print_stdout};
+use crate::connection::{OptionalServer, ServerConnection};
 
 #[derive(Args, Debug)]
+#[command(
+    mut_arg("server", |arg| arg.help("Also store the flow records in this server's archive (URL), as a completed capture run of `--agent`; the packets stay here")),
+    mut_arg("token", |arg| arg.help("Bearer token for `--server` (role agent, for its own captures, or admin)")),
+)]
 pub struct PcapArgs {
     /// The capture: pcap or pcapng, link types Ethernet (VLAN tags included), Linux
     /// cooked (SLL, SLL2), raw IP and BSD loopback; `-` reads stdin.
@@ -29,6 +36,12 @@ pub struct PcapArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    server: OptionalServer,
+    /// With `--server`: the host the capture was taken on, whose capture run the flow
+    /// records are stored as (an agent's name; an agent's token may store only its own).
+    #[arg(long, value_name = "NAME", requires = "server")]
+    agent: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -46,14 +59,77 @@ pub fn run(args: PcapArgs) -> ExitCode {
         }),
         ..Options::default()
     };
+    let connection = args.server.connection();
+    if connection.is_some() && args.agent.is_none() {
+        eprintln!("vantage pcap: --server needs --agent NAME, the host the capture was taken on");
+        return ExitCode::FAILURE;
+    }
     let Some(report) = read_capture("pcap", &args.file, |input| analyse(input, &options)) else {
         return ExitCode::FAILURE;
     };
-    if args.json {
+    let printed = if args.json {
         print_json("pcap", &report)
     } else {
         print_stdout("pcap", &render(&args.file.display().to_string(), &report))
+    };
+    match (connection, args.agent) {
+        (Some(connection), Some(agent)) => {
+            let import = CaptureImport {
+                agent,
+                file: file_name(&args.file),
+                report,
+            };
+            match store(&connection, &import) {
+                Ok(stored) => {
+                    eprintln!("vantage pcap: {stored}");
+                    printed
+                }
+                Err(message) => {
+                    eprintln!("vantage pcap: not stored: {message}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        _ => printed,
     }
+}
+
+/// The name the capture is stored under: the file's own name, without its directory.
+fn file_name(file: &Path) -> String {
+    if file.as_os_str() == "-" {
+        return "stdin".to_string();
+    }
+    file.file_name().map_or_else(
+        || file.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
+/// Sends the flow records to the server's archive; what it did, in words.
+fn store(connection: &ServerConnection, import: &CaptureImport) -> Result<String, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the runtime: {error}"))?;
+    let url = connection.url("/api/v1/captures");
+    let answer = runtime.block_on(async {
+        let client = connection.client()?;
+        connection.call(client.post(&url).json(import), &url).await
+    })?;
+    let run_id = answer["run_id"].as_str().unwrap_or("?");
+    Ok(if answer["duplicate"] == true {
+        format!(
+            "{} already holds this capture as run {run_id}; nothing changed",
+            connection.server
+        )
+    } else {
+        format!(
+            "stored {} flow records in {} as run {run_id} of {}",
+            import.report.flows.len(),
+            connection.server,
+            import.agent
+        )
+    })
 }
 
 /// Opens FILE (`-`: stdin) and hands it to `analysis`; on failure says what and where on

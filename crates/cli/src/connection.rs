@@ -17,6 +17,32 @@ pub struct ServerConnection {
     pub ca_cert: Option<PathBuf>,
 }
 
+/// `--server` with its token and CA, for a command that works alone and talks to a
+/// server only when given one; the command says what for with `mut_arg`.
+#[derive(Args, Debug)]
+pub struct OptionalServer {
+    /// Server URL.
+    #[arg(long, value_name = "URL", requires = "token")]
+    pub server: Option<String>,
+    /// Bearer token for `--server`.
+    #[arg(long, env = "VANTAGE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// CA certificate(s) (PEM) to trust for an https:// server.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl OptionalServer {
+    /// The connection, when `--server` was given (clap has checked the token is there).
+    pub fn connection(&self) -> Option<ServerConnection> {
+        self.server.as_ref().map(|server| ServerConnection {
+            server: server.clone(),
+            token: self.token.clone().unwrap_or_default(),
+            ca_cert: self.ca_cert.clone(),
+        })
+    }
+}
+
 impl ServerConnection {
     /// The full URL of an API path such as `/api/v1/config`.
     pub fn url(&self, path: &str) -> String {

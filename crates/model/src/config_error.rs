@@ -29,17 +29,24 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Names are used in run ids and URLs: keep them to a safe alphabet.
-pub(crate) fn check_name(path: &str, name: &str, errors: &mut Vec<ConfigError>) -> bool {
-    let valid = !name.is_empty()
+/// What [`is_valid_name`] allows, in words.
+pub const NAME_RULE: &str = "use 1-64 characters from a-z, A-Z, 0-9, '-', '_', '.'";
+
+/// Names are used in run ids and URLs: keep them to a safe alphabet ([`NAME_RULE`]).
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+pub(crate) fn check_name(path: &str, name: &str, errors: &mut Vec<ConfigError>) -> bool {
+    let valid = is_valid_name(name);
     if !valid {
         errors.push(ConfigError::new(
             format!("{path}.name"),
-            format!("invalid name '{name}': use 1-64 characters from a-z, A-Z, 0-9, '-', '_', '.'"),
+            format!("invalid name '{name}': {NAME_RULE}"),
         ));
     }
     valid

@@ -14,6 +14,7 @@ pub mod exposition;
 pub mod grid;
 pub mod health;
 pub mod http;
+pub mod imports;
 pub mod ingest;
 pub mod interface_counters;
 pub mod openapi;

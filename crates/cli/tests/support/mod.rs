@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+#[allow(dead_code)] // only the capture tests write captures
+pub mod capture;
 #[allow(dead_code)] // only the demo tests start demos
 pub mod demo;
 #[allow(dead_code)] // each lab test binary uses part of the harness

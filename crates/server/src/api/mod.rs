@@ -44,6 +44,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/agents/{name}/runs"),
     ("post", "/api/v1/results"),
     ("post", "/api/v1/results/batch"),
+    ("post", "/api/v1/captures"),
     ("get", "/api/v1/results"),
     ("get", "/api/v1/series"),
     ("get", "/api/v1/runs"),
@@ -123,6 +124,7 @@ pub fn router(state: AppState) -> Router {
             post(results::upload_result).get(results::query_results),
         )
         .route("/api/v1/results/batch", post(results::upload_batch))
+        .route("/api/v1/captures", post(results::import_capture))
         .route("/api/v1/series", get(results::query_series))
         .route("/api/v1/runs", get(results::query_runs))
         .route(

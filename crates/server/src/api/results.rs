@@ -14,6 +14,7 @@ use super::common::{
 };
 use crate::archive::{from_us, now_us, Ingest, IngestRefusal, ResultFilter};
 use crate::exposition;
+use crate::imports::{self, CaptureImport, ImportRefusal};
 
 fn refusal(error: IngestRefusal) -> ApiError {
     match error {
@@ -75,6 +76,31 @@ pub(super) async fn upload_batch(
         });
     }
     Ok(Json(serde_json::json!({ "results": acks })))
+}
+
+/// A capture analysed elsewhere (`vantage pcap FILE --server`), stored as a completed
+/// capture run of the host that took it.
+pub(super) async fn import_capture(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    let import: CaptureImport = parse_body(&body)?;
+    // An agent imports its own captures; admins import any host's.
+    caller.require_agent(&import.agent)?;
+    let (ingest, run) =
+        imports::store_capture(&state.archive, &state.ingest, &import, &caller.name)
+            .await
+            .map_err(|error| match error {
+                ImportRefusal::Archive(error) => error.into(),
+                ImportRefusal::Ingest(error) => refusal(error),
+                invalid => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, invalid.to_string()),
+            })?;
+    Ok(Json(serde_json::json!({
+        "run_id": run.id,
+        "duplicate": ingest == Ingest::Duplicate,
+        "flows": import.report.flows.len(),
+    })))
 }
 
 #[derive(Deserialize)]
