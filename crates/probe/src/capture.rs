@@ -1,7 +1,8 @@
 //! The `capture` kind's engine: Wireshark's `dumpcap` captures on one interface for the
 //! run's duration (also bounded by packet count and file size), and the capture is
 //! analysed where it was taken (`vantage_passive`) into flow records; the packets stay
-//! in a temporary file that is removed once it is read.
+//! in a temporary file that is removed once it is read, and are uploaded with the
+//! records only when the spec asks (`upload_packets`).
 
 use std::fs::File;
 use std::io::BufReader;
@@ -9,9 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use vantage_model::kinds::capture::CaptureSpec;
+use vantage_model::kinds::capture::{CaptureSpec, MAX_UPLOADED_PACKETS_BYTES};
 use vantage_passive::{analyse, CaptureReport, FlowTotals, Options, PassiveError};
 
 use crate::subprocess::{run_bounded, BoundedRunError};
@@ -59,8 +62,22 @@ pub struct CaptureResult {
     /// What dumpcap said: the interface, and packets captured, received and dropped.
     pub tool_said: String,
     pub summary: FlowTotals,
+    /// The capture file itself, when the spec asked for it (`upload_packets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets: Option<UploadedPackets>,
     #[serde(flatten)]
     pub report: CaptureReport,
+}
+
+/// The packets of a capture, as the agent uploads them. The server keeps the file apart
+/// from the result document (`GET /api/v1/captures/packets?run_id=RUN_ID`) and leaves
+/// `bytes` and its SHA-256 in the document.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UploadedPackets {
+    /// The pcapng file's size.
+    pub bytes: u64,
+    /// The pcapng file, base64 (RFC 4648, with padding).
+    pub pcapng_base64: String,
 }
 
 /// dumpcap's arguments for `spec`, but for the file it writes (pcapng, which carries the
@@ -76,7 +93,14 @@ fn dumpcap_args(spec: &CaptureSpec) -> Vec<String> {
         "-a".to_string(),
         format!("duration:{}", spec.duration_s),
         "-a".to_string(),
-        format!("filesize:{MAX_FILE_KB}"),
+        format!(
+            "filesize:{}",
+            if spec.upload_packets {
+                MAX_UPLOADED_PACKETS_BYTES / 1024
+            } else {
+                MAX_FILE_KB
+            }
+        ),
         "-q".to_string(),
     ];
     if let Some(filter) = &spec.filter {
@@ -128,11 +152,21 @@ pub fn run_capture(program: &Path, spec: &CaptureSpec) -> Result<CaptureResult, 
     };
     let opened = File::open(&file).map_err(PassiveError::Io)?;
     let report = analyse(BufReader::new(opened), &options)?;
+    let packets = if spec.upload_packets {
+        let pcapng = std::fs::read(&file).map_err(PassiveError::Io)?;
+        Some(UploadedPackets {
+            bytes: pcapng.len() as u64,
+            pcapng_base64: BASE64.encode(&pcapng),
+        })
+    } else {
+        None
+    };
     Ok(CaptureResult {
         spec: spec.clone(),
         command,
         tool_said: said,
         summary: report.totals(),
+        packets,
         report,
     })
 }
@@ -149,6 +183,7 @@ mod tests {
             snaplen_bytes: 128,
             max_packets: 1000,
             side: None,
+            upload_packets: false,
         }
     }
 
@@ -160,6 +195,39 @@ mod tests {
             "-i eth0 -s 128 -c 1000 -a duration:30 -a filesize:1048576 -q -f tcp port 5201"
         );
         assert_eq!(args[12], "tcp port 5201");
+    }
+
+    #[test]
+    fn packets_are_uploaded_only_when_asked_and_then_bounded_to_16_mib() {
+        let capture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fuzz/corpus/capture_file/ethernet-ipv6-snaplen96.pcapng"
+        );
+        let pcapng = std::fs::read(capture).unwrap();
+        let directory = tempfile::tempdir().unwrap();
+        // Writes the capture to the file named by the last argument, as `-w FILE`.
+        let program = crate::subprocess::fake_program(
+            directory.path(),
+            "dumpcap",
+            &format!("for last; do :; done; cp '{capture}' \"$last\""),
+        );
+        let asked = CaptureSpec {
+            upload_packets: true,
+            ..spec()
+        };
+        assert!(dumpcap_args(&asked).contains(&"filesize:16384".to_string()));
+        let result = run_capture(&program, &asked).unwrap();
+        let packets = result.packets.expect("packets uploaded when asked");
+        assert_eq!(packets.bytes, pcapng.len() as u64);
+        assert_eq!(BASE64.decode(&packets.pcapng_base64).unwrap(), pcapng);
+        assert!(result.summary.flows > 0);
+
+        let result = run_capture(&program, &spec()).unwrap();
+        assert!(result.packets.is_none());
+        assert!(serde_json::to_value(&result)
+            .unwrap()
+            .get("packets")
+            .is_none());
     }
 
     #[test]

@@ -299,6 +299,11 @@ pub enum IngestRefusal {
     },
     #[error("upload for run '{0}' says completed but has no result document")]
     MissingResult(String),
+    #[error("upload for run '{run_id}': {refusal}")]
+    Packets {
+        run_id: String,
+        refusal: crate::capture_packets::PacketsRefusal,
+    },
     #[error(transparent)]
     Archive(#[from] ArchiveError),
 }
@@ -1033,9 +1038,23 @@ impl Archive {
                 }));
                 continue;
             }
-            let (raw, metrics) = match (&upload.outcome, &upload.result) {
+            let (raw, metrics, packets) = match (&upload.outcome, &upload.result) {
                 (RunOutcome::Completed, Some(result)) => {
-                    (result.to_string(), summary_metrics(&run.test, result))
+                    match crate::capture_packets::detach(&run.test, result) {
+                        Ok(None) => (result.to_string(), summary_metrics(&run.test, result), None),
+                        Ok(Some((document, packets))) => (
+                            document.to_string(),
+                            summary_metrics(&run.test, &document),
+                            Some(packets),
+                        ),
+                        Err(refusal) => {
+                            outcomes.push(Err(IngestRefusal::Packets {
+                                run_id: upload.run_id.clone(),
+                                refusal,
+                            }));
+                            continue;
+                        }
+                    }
                 }
                 (RunOutcome::Completed, None) => {
                     outcomes.push(Err(IngestRefusal::MissingResult(upload.run_id.clone())));
@@ -1047,6 +1066,7 @@ impl Archive {
                         .map(|r| r.to_string())
                         .unwrap_or_else(|| "null".into()),
                     BTreeMap::new(),
+                    None,
                 ),
             };
             let outcome = match upload.outcome {
@@ -1076,6 +1096,17 @@ impl Archive {
             if done.rows_affected() == 0 {
                 outcomes.push(Ok((Ingest::Duplicate, run)));
                 continue;
+            }
+            if let Some(pcapng) = packets {
+                sqlx::query(
+                    "INSERT INTO capture_packets (run_id, start_us, pcapng) VALUES ($1, $2, $3)",
+                )
+                .bind(&run.id)
+                .bind(start_us)
+                .bind(pcapng)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("storing a capture's packets"))?;
             }
             if !metrics.is_empty() {
                 let rows: Vec<String> = (0..metrics.len())
@@ -1428,6 +1459,18 @@ impl Archive {
     }
 
     /// One run by id.
+    /// The pcapng file capture run `run_id` uploaded, if it uploaded one.
+    pub async fn capture_packets(&self, run_id: &str) -> Result<Option<Vec<u8>>, ArchiveError> {
+        sqlx::query("SELECT pcapng FROM capture_packets WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql("reading a capture's packets"))?
+            .map(|row| row.try_get::<Vec<u8>, _>(0))
+            .transpose()
+            .map_err(sql("reading a capture's packets"))
+    }
+
     pub async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, ArchiveError> {
         let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
             .bind(run_id)
@@ -1756,6 +1799,7 @@ impl Archive {
                     "DELETE FROM result_metrics WHERE run_id IN (SELECT run_id FROM results WHERE start_us < $1)",
                 )
                 .await?;
+                delete("DELETE FROM capture_packets WHERE start_us < $1").await?;
                 delete("DELETE FROM results WHERE start_us < $1").await?
             },
             runs: delete(

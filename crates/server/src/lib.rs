@@ -5,6 +5,7 @@ pub mod alerts;
 pub mod api;
 pub mod archive;
 pub mod archivers;
+pub mod capture_packets;
 pub mod config_store;
 pub mod correlation;
 pub mod diagnose;

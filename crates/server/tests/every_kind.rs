@@ -109,7 +109,7 @@ async fn every_kind_scenario(kind: Kind) {
             {"name": "bundle", "type": "health", "spec": {"count": 3, "interval": "10ms", "timeout": "500ms", "throughput_duration": "500ms"}},
             {"name": "segment", "type": "diagnose", "spec": {"probes": 10, "tcp_duration": "500ms", "tcp_omit": "100ms", "small_udp_duration": "200ms"}},
             {"name": "nics", "type": "counters", "spec": {"interfaces": "lo", "interval": "200ms", "count": 3}},
-            {"name": "sniff", "type": "capture", "spec": {"interface": "lo", "filter": "tcp", "duration": "1s"}}
+            {"name": "sniff", "type": "capture", "spec": {"interface": "lo", "filter": "tcp", "duration": "1s", "upload_packets": true}}
         ],
         "tasks": [
             {"name": "lat", "test": "rtt", "group": "pair", "every": "1m", "offset": offset, "slip": "40s"},
@@ -361,7 +361,9 @@ async fn every_kind_scenario(kind: Kind) {
         assert_eq!(metrics[0]["unit"], "bytes");
         assert_eq!(metrics[0]["publisher"], agent);
     }
-    // Each agent captured on its own loopback and uploaded flow records, not packets.
+    // Each agent captured on its own loopback and uploaded flow records and, as the
+    // test asks, the packets: kept apart from the document, which holds their size and
+    // digest, and served as the file they were.
     let captures = &by_task["capture"];
     let mut clients: Vec<&str> = captures.iter().map(|run| run.client.as_str()).collect();
     clients.sort();
@@ -373,6 +375,47 @@ async fn every_kind_scenario(kind: Kind) {
     assert_eq!(
         metric("capture", "capture_flows"),
         capture["flows"].as_array().unwrap().len() as f64
+    );
+    assert_eq!(
+        capture["spec"]["upload_packets"], true,
+        "{}",
+        capture["spec"]
+    );
+    assert!(
+        capture["packets"]["bytes"].is_u64() && capture["packets"].get("pcapng_base64").is_none(),
+        "{}",
+        capture["packets"]
+    );
+    let packets = |run_id: &str| {
+        admin
+            .http
+            .get(format!("{}/api/v1/captures/packets", admin.base))
+            .query(&[("run_id", run_id)])
+            .bearer_auth(&admin.token)
+            .send()
+    };
+    let response = packets(&by_task["capture"][0].id).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/x-pcapng");
+    let pcapng = response.bytes().await.unwrap();
+    assert_eq!(capture["packets"]["bytes"], pcapng.len() as u64);
+    assert_eq!(
+        capture["packets"]["sha256"],
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&pcapng))
+    );
+    let reread = vantage_passive::analyse(&pcapng[..], &vantage_passive::Options::default())
+        .expect("the packets are the capture the records came from");
+    assert_eq!(
+        reread.flows.len(),
+        capture["flows"].as_array().unwrap().len()
+    );
+    assert_eq!(reread.capture.frames, capture["capture"]["frames"]);
+    let response = packets(&by_task["cap"][0].id).await.unwrap();
+    assert_eq!(response.status(), 404);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("has no packets"),
+        "{body}"
     );
     assert_eq!(raw("stamp-ext")["spec"]["udp_mode"], "stamp");
     assert_eq!(raw("icmp-ext")["spec"]["size_bytes"], 4096);

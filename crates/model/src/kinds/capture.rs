@@ -24,6 +24,9 @@ pub const DEFAULT_SIDE: &str = "auto";
 /// The longest capture a run may make: a capture is held in a file on the agent until
 /// it is analysed.
 pub const MAX_DURATION: Duration = Duration::from_secs(600);
+/// The largest capture uploaded with its packets, in bytes (16 MiB): base64 in the
+/// upload, it stays well within the server's default request body limit (32 MiB).
+pub const MAX_UPLOADED_PACKETS_BYTES: u64 = 16 << 20;
 /// The longest BPF filter accepted (libpcap's own limit is far above any real filter).
 pub const MAX_FILTER_BYTES: usize = 1024;
 
@@ -63,6 +66,12 @@ pub const PARAMS: &[Param] = &[
         },
         Some(DEFAULT_MAX_PACKETS),
         "the capture stops after this many packets",
+    ),
+    Param::new(
+        "upload_packets",
+        ParamKind::Flag,
+        Some("false"),
+        "also upload the packets (pcapng; the capture then stops at 16 MiB); off: only the flow records leave the agent",
     ),
     Param::new(
         "side",
@@ -154,6 +163,10 @@ pub struct CaptureSpec {
     pub max_packets: u64,
     /// `None`: detected per connection from its handshake.
     pub side: Option<CaptureSide>,
+    /// Upload the packets with the flow records (the file then stops at
+    /// [`MAX_UPLOADED_PACKETS_BYTES`]).
+    #[serde(default)]
+    pub upload_packets: bool,
 }
 
 fn estimate(spec: &Spec<'_>) -> Option<Duration> {
@@ -221,6 +234,7 @@ pub fn engine_spec(spec: &Spec<'_>) -> Result<CaptureSpec, ConfigError> {
         snaplen_bytes: spec.required("snaplen", Spec::number_u32)?,
         max_packets: spec.required("max_packets", Spec::number)?,
         side,
+        upload_packets: spec.flag("upload_packets")?,
     })
 }
 
@@ -243,6 +257,7 @@ mod tests {
                 snaplen_bytes: 128,
                 max_packets: 1_000_000,
                 side: None,
+                upload_packets: false,
             }
         );
         assert_eq!(KIND.scheduling_for(&values), SchedulingClass::Background);
@@ -262,6 +277,15 @@ mod tests {
         assert_eq!(spec.filter.as_deref(), Some("tcp port 5201"));
         assert_eq!(spec.side, Some(CaptureSide::Server));
         assert_eq!(spec.duration_s, 60);
+        assert!(!spec.upload_packets);
+        let values = KIND
+            .normalise_json(json!({"upload_packets": true}))
+            .unwrap();
+        assert!(
+            engine_spec(&Spec::new(&KIND, &values))
+                .unwrap()
+                .upload_packets
+        );
         for (field, bad, why) in [
             ("filter", json!("-w /etc/passwd"), "may not start with '-'"),
             ("filter", json!("tcp\nport 1"), "control characters"),
@@ -272,6 +296,7 @@ mod tests {
             ("interface", json!("../etc"), "not an interface name"),
             ("snaplen", json!(10), "64"),
             ("side", json!("middle"), "middle"),
+            ("upload_packets", json!("yes"), "true or false"),
         ] {
             let errors = KIND
                 .normalise_json(json!({ field: bad.clone() }))

@@ -45,6 +45,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/results"),
     ("post", "/api/v1/results/batch"),
     ("post", "/api/v1/captures"),
+    ("get", "/api/v1/captures/packets"),
     ("get", "/api/v1/results"),
     ("get", "/api/v1/series"),
     ("get", "/api/v1/runs"),
@@ -125,6 +126,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/v1/results/batch", post(results::upload_batch))
         .route("/api/v1/captures", post(results::import_capture))
+        .route("/api/v1/captures/packets", get(results::capture_packets))
         .route("/api/v1/series", get(results::query_series))
         .route("/api/v1/runs", get(results::query_runs))
         .route(

@@ -104,6 +104,45 @@ pub(super) async fn import_capture(
 }
 
 #[derive(Deserialize)]
+struct PacketsQuery {
+    run_id: String,
+}
+
+/// The pcapng file a capture run uploaded (`upload_packets = true`).
+pub(super) async fn capture_packets(
+    State(state): State<AppState>,
+    caller: Caller,
+    uri: Uri,
+) -> ApiResult<Response> {
+    caller.require(&[Role::Reader, Role::Publisher, Role::Agent])?;
+    let PacketsQuery { run_id } = parse_query(&uri)?;
+    let Some(pcapng) = state.archive.capture_packets(&run_id).await? else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "run '{run_id}' has no packets: a capture run uploads them only when its test sets upload_packets = true"
+            ),
+        ));
+    };
+    // Only characters that need no quoting reach the header.
+    let file = format!(
+        "{}.pcapng",
+        run_id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_")
+    );
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-pcapng".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}\""),
+            ),
+        ],
+        pcapng,
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
 struct ResultsQuery {
     client: Option<String>,
     server: Option<String>,
