@@ -17,6 +17,7 @@ mod cmd_pcap;
 mod cmd_qoe;
 mod cmd_sandwich;
 mod cmd_server;
+mod cmd_sim;
 mod cmd_sla;
 mod cmd_throughput;
 mod cmd_ticket;
@@ -85,6 +86,8 @@ enum Command {
     Mos(cmd_mos::MosArgs),
     /// Display update times of a thin-client session from its capture (VD-DUT, Alali 2019, ch. 5).
     Vddut(cmd_vddut::VddutArgs),
+    /// Flow-level simulations: Calibers deadline transfers on G-scale and the SH/DH headroom services (Alali 2019, ch. 3–4).
+    Sim(cmd_sim::SimArgs),
     /// Signing keys and test tickets for standalone endpoints (`vantage endpoint --authorized-keys`).
     Ticket(cmd_ticket::TicketArgs),
 }
@@ -135,6 +138,7 @@ fn main() -> std::process::ExitCode {
         Command::Counters(args) => cmd_counters::run(args),
         Command::Capture(args) => cmd_capture::run(args),
         Command::Mos(args) => cmd_mos::run(args),
+        Command::Sim(args) => cmd_sim::run(args),
     }
 }
 
