@@ -230,11 +230,16 @@ pub(crate) fn print_json(command: &str, value: &impl serde::Serialize) -> ExitCo
 
 /// A progress bar on stderr when it is a terminal and JSON was not asked for.
 pub(crate) fn progress_bar(json: bool, total: u64) -> Option<ProgressBar> {
+    styled_progress_bar(json, total, "{bar:30} {pos}/{len} sent, {msg}")
+}
+
+/// The same, drawn with an indicatif `template`.
+pub(crate) fn styled_progress_bar(json: bool, total: u64, template: &str) -> Option<ProgressBar> {
     if json || !std::io::stderr().is_terminal() {
         return None;
     }
     let bar = ProgressBar::new(total);
-    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} sent, {msg}") {
+    if let Ok(style) = ProgressStyle::with_template(template) {
         bar.set_style(style);
     }
     Some(bar)

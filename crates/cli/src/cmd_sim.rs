@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use plotters::prelude::*;
 use serde::Serialize;
 use vantage_model::units::parse_duration;
@@ -17,7 +17,7 @@ use vantage_sim::headroom::{
 };
 use vantage_sim::topology::Topology;
 
-use crate::cmd_latency::{print_json, print_stdout};
+use crate::cmd_latency::{print_json, print_stdout, styled_progress_bar};
 
 #[derive(Args, Debug)]
 pub struct SimArgs {
@@ -123,18 +123,13 @@ pub fn run(args: SimArgs) -> ExitCode {
     })
 }
 
-/// A progress bar on stderr when it is a terminal and JSON was not asked for.
+/// A progress bar counting `what`, with the time left.
 fn progress_bar(json: bool, total: u64, what: &str) -> Option<ProgressBar> {
-    if json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        return None;
-    }
-    let bar = ProgressBar::new(total);
-    if let Ok(style) =
-        ProgressStyle::with_template(&format!("{{bar:30}} {{pos}}/{{len}} {what} {{eta}}"))
-    {
-        bar.set_style(style);
-    }
-    Some(bar)
+    styled_progress_bar(
+        json,
+        total,
+        &format!("{{bar:30}} {{pos}}/{{len}} {what} {{eta}}"),
+    )
 }
 
 #[derive(Serialize)]

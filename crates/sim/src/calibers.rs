@@ -131,6 +131,11 @@ impl Transfer {
         self.remaining_bits / (self.deadline_s - now_s).max(f64::MIN_POSITIVE)
     }
 
+    /// R^slack: what it holds beyond R^min, which `pace` may take (never negative).
+    pub fn slack_bps(&self, now_s: f64) -> f64 {
+        (self.alloc_bps - self.min_rate_bps(now_s)).max(0.0)
+    }
+
     /// t^c: when the transfer ends at its allocated rate.
     pub fn completion_s(&self, now_s: f64) -> f64 {
         now_s + self.remaining_bits / self.alloc_bps
@@ -276,17 +281,10 @@ impl Scheduler {
                 if gathered >= min_bps {
                     break;
                 }
-                if donors.contains(&id) {
-                    // Its slack is already counted for an earlier link; the capacity it
-                    // frees here is part of the gathered amount.
-                    let transfer = self.held(id);
-                    gathered += transfer.alloc_bps - transfer.min_rate_bps(now_s);
-                    continue;
-                }
-                let transfer = self.held(id);
-                let slack = (transfer.alloc_bps - transfer.min_rate_bps(now_s)).max(0.0);
-                if slack > 0.0 {
-                    gathered += slack;
+                let slack = self.held(id).slack_bps(now_s);
+                // A donor already counted on an earlier link frees its slack here too.
+                gathered += slack;
+                if slack > 0.0 && !donors.contains(&id) {
                     donors.push(id);
                 }
             }
@@ -320,8 +318,9 @@ impl Scheduler {
         });
     }
 
-    /// Moves every transfer `sent` by `elapsed_s` seconds at its allocated rate; returns
-    /// those that ended, each with the seconds into the interval at which it did.
+    /// Sends `elapsed_s` seconds of every transfer at its allocated rate; returns those that
+    /// ended, each with the seconds into the interval at which it did. They stay held (and
+    /// their capacity allocated) until `remove_completed`.
     pub fn advance(&mut self, elapsed_s: f64) -> Vec<(usize, f64)> {
         let mut ended = Vec::new();
         for &id in &self.held_ids {
@@ -535,17 +534,12 @@ pub fn simulate_calibers(
     let mut carried_bits = vec![0.0; links];
     let mut held_s = vec![0.0; links];
     let (mut next, mut rejected, mut met) = (0, 0, 0);
-    let mut deadline_s: Vec<f64> = Vec::new();
     let mut now_s = 0.0;
     loop {
         scheduler.remove_completed(now_s);
         while next < requests.len() && requests[next].0 <= now_s {
-            match scheduler.admit(requests[next].1.clone(), now_s) {
-                Ok(id) => {
-                    deadline_s.resize(id + 1, f64::NAN);
-                    deadline_s[id] = scheduler.held(id).deadline_s;
-                }
-                Err(_) => rejected += 1,
+            if scheduler.admit(requests[next].1.clone(), now_s).is_err() {
+                rejected += 1;
             }
             next += 1;
             if next % 1000 == 0 {
@@ -566,7 +560,7 @@ pub fn simulate_calibers(
             );
         }
         for (id, after_s) in scheduler.advance(config.epoch_s) {
-            if now_s + after_s <= deadline_s[id] * (1.0 + 1e-9) {
+            if now_s + after_s <= scheduler.held(id).deadline_s * (1.0 + 1e-9) {
                 met += 1;
             }
         }

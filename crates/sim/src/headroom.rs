@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use crate::distributions::{exponential, pareto, pareto_mean, run_rng, SimRng};
+use crate::distributions::{exponential, pareto, run_rng, SimRng};
 use crate::flow_sim::{simulate, DefaultRoutes, FlowArrival, Router};
 use crate::topology::{Path, Topology};
 use crate::{check, positive, SimError};
@@ -304,11 +304,6 @@ fn summarise(service: Service, run_means_bps: Vec<f64>) -> ServiceThroughput {
         ci95_bps,
         run_means_bps,
     }
-}
-
-/// The mean flow size of a configuration, in bits (for reports).
-pub fn mean_flow_bits(config: &HeadroomSimConfig) -> f64 {
-    pareto_mean(config.pareto_shape, config.pareto_scale_bytes) * 8.0
 }
 
 #[cfg(test)]
