@@ -22,7 +22,7 @@ use vantage_server::archive::Archive;
 use vantage_server::state::ServerState;
 
 const ADMIN_TOKEN: &str = "fuzz-admin-token";
-const BODY_ROUTES: [(Method, &str); 11] = [
+const BODY_ROUTES: [(Method, &str); 13] = [
     (Method::POST, "/api/v1/tokens"),
     (Method::POST, "/api/v1/ticket-keys"),
     (Method::POST, "/api/v1/agents"),
@@ -34,6 +34,11 @@ const BODY_ROUTES: [(Method, &str); 11] = [
     (Method::POST, "/api/v1/app-metrics"),
     (Method::POST, "/api/v1/alerts"),
     (Method::POST, "/api/v1/retention"),
+    (Method::POST, "/api/v1/transfers"),
+    (
+        Method::POST,
+        "/api/v1/agents/fuzz-agent/transfers/fuzz-transfer/progress",
+    ),
 ];
 /// Query routes; the agents' long poll is left out: it rightly waits up to a minute.
 const QUERY_ROUTES: [&str; 4] = [
@@ -66,7 +71,11 @@ fn server() -> &'static Server {
                 .add_token(ADMIN_TOKEN, "fuzz-admin", Role::Admin)
                 .await
                 .expect("the admin token is stored");
-            vantage_server::api::router(ServerState::new(archive).await.expect("server state"))
+            vantage_server::api::router(
+                ServerState::new(archive, Default::default())
+                    .await
+                    .expect("server state"),
+            )
         });
         Server {
             runtime,

@@ -9,6 +9,7 @@ use vantage_model::control::{
     AgentRegistration, AssignedRun, AssignedRuns, HeartbeatAck, RegistrationAck, ResultAck,
     ResultUpload,
 };
+use vantage_model::transfers::{TransferAssignments, TransferProgress, TransferRecord};
 
 /// Why a call failed: retry later, or give up on this request.
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +144,39 @@ impl ServerClient {
         ));
         let runs: AssignedRuns = self.send(request, wait + Duration::from_secs(10)).await?;
         Ok(runs.runs)
+    }
+
+    /// Long-polls for the transfers this agent sends, answered at once when the plan
+    /// is newer than `version`.
+    pub async fn transfer_assignments(
+        &self,
+        name: &str,
+        version: Option<u64>,
+        wait: Duration,
+    ) -> Result<TransferAssignments, CallError> {
+        let since = version.map_or(String::new(), |version| format!("&version={version}"));
+        let request = self.http.get(format!(
+            "{}/api/v1/agents/{name}/transfers?wait_s={}{since}",
+            self.base,
+            wait.as_secs()
+        ));
+        self.send(request, wait + Duration::from_secs(10)).await
+    }
+
+    pub async fn report_transfer(
+        &self,
+        name: &str,
+        id: &str,
+        progress: &TransferProgress,
+    ) -> Result<TransferRecord, CallError> {
+        let request = self
+            .http
+            .post(format!(
+                "{}/api/v1/agents/{name}/transfers/{id}/progress",
+                self.base
+            ))
+            .json(progress);
+        self.send(request, Duration::from_secs(10)).await
     }
 
     pub async fn upload(&self, upload: &ResultUpload) -> Result<ResultAck, CallError> {

@@ -10,6 +10,7 @@ pub mod client;
 pub mod execute;
 pub mod hold;
 pub mod spool;
+mod transfers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -257,9 +258,14 @@ impl AgentTasks {
         self.register().await?;
         let uploader = tokio::spawn(self.clone().upload_loop());
         let heartbeat = tokio::spawn(self.clone().heartbeat_loop());
+        let transfers = tokio::spawn(transfers::follow_plan(
+            self.client.clone(),
+            self.options.name.clone(),
+        ));
         let fetched = self.clone().fetch_loop(stopped).await;
         uploader.abort();
         heartbeat.abort();
+        transfers.abort();
         fetched
     }
 

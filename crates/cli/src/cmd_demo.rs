@@ -128,6 +128,7 @@ pub(crate) async fn start_server(
         },
         http: vantage_server::http::HttpLimits::default(),
         tls: None,
+        transfers: Default::default(),
     })
     .await?;
     let reader_token = mint_token(&server, "demo-reader", Role::Reader).await?;

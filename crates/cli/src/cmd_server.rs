@@ -10,6 +10,8 @@ use vantage_server::http::HttpLimits;
 use vantage_server::planner::PlannerOptions;
 use vantage_server::service::{self, ServerOptions};
 use vantage_server::tls::TlsFiles;
+use vantage_server::transfers::TransferOptions;
+use vantage_sim::calibers::Policy;
 
 #[derive(Args, Debug)]
 pub struct ServerArgs {
@@ -49,6 +51,30 @@ pub struct ServerArgs {
     /// Private key (PEM) of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Deadline transfers (Calibers, Alali 2019): how often measured progress is turned
+    /// into a new plan (DUR).
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_epoch)]
+    pub transfer_epoch: std::time::Duration,
+    /// Deadline transfers: how capacity is handed out when a transfer ends or needs more:
+    /// global-ljf, global-sjf, local-ljf, local-sjf or fixed (never changes a rate).
+    #[arg(long, value_name = "POLICY", default_value = "global-ljf", value_parser = parse_policy)]
+    pub transfer_policy: Policy,
+}
+
+fn parse_epoch(input: &str) -> Result<std::time::Duration, String> {
+    let epoch = parse_duration(input).map_err(|error| error.to_string())?;
+    if epoch < std::time::Duration::from_millis(100) || epoch > std::time::Duration::from_secs(3600)
+    {
+        return Err("must be 100ms to 1h".into());
+    }
+    Ok(epoch)
+}
+
+fn parse_policy(input: &str) -> Result<Policy, String> {
+    Policy::from_name(input).ok_or_else(|| {
+        let names: Vec<&str> = Policy::ALL.iter().map(|policy| policy.name()).collect();
+        format!("'{input}' is not one of {}", names.join(", "))
+    })
 }
 
 fn parse_bytes(input: &str) -> Result<u64, String> {
@@ -95,6 +121,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
             .tls_cert
             .zip(args.tls_key)
             .map(|(cert, key)| TlsFiles { cert, key }),
+        transfers: TransferOptions {
+            epoch: args.transfer_epoch,
+            policy: args.transfer_policy,
+        },
     })
     .await?;
     eprintln!(

@@ -18,4 +18,5 @@ pub mod sla;
 pub mod throughput;
 pub mod ticket;
 pub mod trace;
+pub mod transfers;
 pub mod units;

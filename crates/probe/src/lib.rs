@@ -36,4 +36,5 @@ pub mod throughput;
 pub mod tickets;
 pub mod timestamp;
 pub mod trace;
+pub mod transfer;
 pub mod twamp;

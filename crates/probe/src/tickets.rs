@@ -82,6 +82,31 @@ impl TicketGate {
 
     /// The claims of a ticket valid for a throughput test at this endpoint now.
     pub fn check(&self, ticket: Option<&TestTicket>) -> Result<TicketClaims, String> {
+        let claims = self.verify(ticket)?;
+        let bulk = vantage_model::kinds::find(&claims.test).is_some_and(|kind| kind.bulk_transfer);
+        if !bulk {
+            return Err(format!(
+                "the ticket is for a {} test, not a throughput test",
+                claims.test
+            ));
+        }
+        Ok(claims)
+    }
+
+    /// The claims of a ticket valid for a deadline transfer to this endpoint now.
+    pub fn check_transfer(&self, ticket: &TestTicket) -> Result<TicketClaims, String> {
+        let claims = self.verify(Some(ticket))?;
+        if claims.test != vantage_model::transfers::TRANSFER_TEST {
+            return Err(format!(
+                "the ticket is for a {} test, not a deadline transfer",
+                claims.test
+            ));
+        }
+        Ok(claims)
+    }
+
+    /// A ticket's claims, signed by a trusted key, unexpired and for this endpoint.
+    fn verify(&self, ticket: Option<&TestTicket>) -> Result<TicketClaims, String> {
         let ticket = ticket.ok_or_else(|| {
             format!(
                 "{} serves throughput tests only with a ticket from {}",
@@ -104,13 +129,6 @@ impl TicketGate {
             return Err(format!(
                 "the ticket is for '{}', not for {}",
                 claims.server, self.label
-            ));
-        }
-        let bulk = vantage_model::kinds::find(&claims.test).is_some_and(|kind| kind.bulk_transfer);
-        if !bulk {
-            return Err(format!(
-                "the ticket is for a {} test, not a throughput test",
-                claims.test
             ));
         }
         Ok(claims)

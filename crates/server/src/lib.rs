@@ -28,6 +28,7 @@ pub mod state;
 pub mod supervisor;
 pub mod ticket_keys;
 pub mod tls;
+pub mod transfers;
 
 /// A fresh random bearer token (256 bits, hex).
 pub fn new_token() -> String {

@@ -16,6 +16,7 @@ use crate::planner::{self, PlannerOptions};
 use crate::state::ServerState;
 use crate::supervisor::supervise;
 use crate::tls::{self, TlsFiles};
+use crate::transfers::TransferOptions;
 
 /// Name of the admin token a server generates when started without one; each start
 /// replaces the previous one, so restarts do not pile up admin tokens.
@@ -40,6 +41,8 @@ pub struct ServerOptions {
     pub http: HttpLimits,
     /// Serve HTTPS with this certificate and key instead of plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// Deadline transfers' epoch and policy.
+    pub transfers: TransferOptions,
 }
 
 /// A running server; dropping it does not stop it, call [`RunningServer::shutdown`].
@@ -54,6 +57,7 @@ pub struct RunningServer {
     http: JoinHandle<std::io::Result<()>>,
     planner: JoinHandle<()>,
     archivers: JoinHandle<()>,
+    transfers: JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -69,6 +73,7 @@ impl RunningServer {
         self.http.await??;
         self.planner.await?;
         self.archivers.await?;
+        self.transfers.await?;
         self.state.archive.close().await;
         Ok(())
     }
@@ -93,7 +98,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             token
         }
     };
-    let state = ServerState::new(archive).await?;
+    let state = ServerState::new(archive, options.transfers).await?;
     let listener = TcpListener::bind(options.listen)
         .await
         .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", options.listen))?;
@@ -122,6 +127,16 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             move || archivers::run(queue.clone(), stopped.clone())
         },
     );
+    let transfers = supervise(
+        "transfers",
+        Arc::clone(&state.tasks),
+        stopped.clone(),
+        FIRST_RESTART_PAUSE,
+        {
+            let (state, stopped) = (state.clone(), stopped.clone());
+            move || crate::transfers::run_epochs(state.clone(), stopped.clone())
+        },
+    );
     let planner = supervise(
         "planner",
         Arc::clone(&state.tasks),
@@ -142,6 +157,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         http,
         planner,
         archivers,
+        transfers,
     })
 }
 

@@ -22,6 +22,7 @@ use crate::recent::Recent;
 use crate::sla::SlaVerdicts;
 use crate::supervisor::TaskHealth;
 use crate::ticket_keys::{self, Keyring};
+use crate::transfers::{TransferDesk, TransferOptions};
 
 pub struct ServerState {
     pub archive: Archive,
@@ -44,10 +45,15 @@ pub struct ServerState {
     /// The keys that sign the tickets agents' endpoints require for throughput tests,
     /// as last read from the archive (another server sharing it may rotate them).
     ticket_keys: RwLock<(Arc<Keyring>, Instant)>,
+    /// Deadline transfers and their Calibers plan.
+    pub transfers: TransferDesk,
 }
 
 impl ServerState {
-    pub async fn new(archive: Archive) -> Result<Arc<ServerState>, ArchiveError> {
+    pub async fn new(
+        archive: Archive,
+        transfers: TransferOptions,
+    ) -> Result<Arc<ServerState>, ArchiveError> {
         let events = Arc::new(EventBus::default());
         let archivers = ArchiverQueue::new(archive.clone());
         // The consumers of every newly stored result, in order; an analysis is one
@@ -89,6 +95,7 @@ impl ServerState {
             stopping: tokio::sync::watch::channel(false).0,
             archivers,
             tasks: Arc::default(),
+            transfers: TransferDesk::new(transfers),
         });
         state.refresh_agent_tags().await?;
         Ok(state)

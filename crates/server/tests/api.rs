@@ -1201,7 +1201,7 @@ async fn runs_after_the_window_scenario(kind: Kind) {
     let archive = vantage_server::archive::Archive::open(&db.url)
         .await
         .unwrap();
-    let state = vantage_server::state::ServerState::new(archive.clone())
+    let state = vantage_server::state::ServerState::new(archive.clone(), Default::default())
         .await
         .unwrap();
     for name in ["m1", "m2"] {

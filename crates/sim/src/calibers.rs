@@ -158,14 +158,20 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(topology: &Topology, policy: Policy) -> Self {
-        let links = topology.links.len();
+        let capacity_bps = topology
+            .links
+            .iter()
+            .map(|link| link.capacity_bps)
+            .collect();
+        Scheduler::over_links(capacity_bps, policy)
+    }
+
+    /// A scheduler of links known only by their capacities (a path is their indices).
+    pub fn over_links(capacity_bps: Vec<f64>, policy: Policy) -> Self {
+        let links = capacity_bps.len();
         Scheduler {
             policy,
-            capacity_bps: topology
-                .links
-                .iter()
-                .map(|link| link.capacity_bps)
-                .collect(),
+            capacity_bps,
             allocated_bps: vec![0.0; links],
             transfers: Vec::new(),
             held_ids: Vec::new(),
@@ -337,6 +343,56 @@ impl Scheduler {
             }
         }
         ended
+    }
+
+    /// Sets what a transfer has left to send, as measured (a real transfer's progress
+    /// rather than `advance`'s arithmetic); zero marks it done for `remove_completed`.
+    pub fn set_remaining(&mut self, id: usize, remaining_bits: f64) {
+        if let Some(transfer) = self.transfers.get_mut(id).and_then(Option::as_mut) {
+            transfer.remaining_bits = remaining_bits.max(0.0);
+        }
+    }
+
+    /// Re-plans the transfers that fell behind: each whose R^min now exceeds its
+    /// allocation, most urgent deadline first, takes the difference from free capacity
+    /// and, under a reshaping policy, from the others' slack, as admission does. Returns
+    /// the ids that even so cannot get their R^min (they keep what their path has free).
+    pub fn replan(&mut self, now_s: f64) -> Vec<usize> {
+        let mut behind: Vec<usize> = self
+            .transfers()
+            .filter(|(_, transfer)| {
+                transfer.remaining_bits > 0.0 && transfer.min_rate_bps(now_s) > transfer.alloc_bps
+            })
+            .map(|(id, _)| id)
+            .collect();
+        behind.sort_by(|&a, &b| self.held(a).deadline_s.total_cmp(&self.held(b).deadline_s));
+        let mut short = Vec::new();
+        for id in behind {
+            let (path, min_bps, max_bps) = {
+                let transfer = self.held(id);
+                (
+                    transfer.path.clone(),
+                    transfer.min_rate_bps(now_s),
+                    transfer.max_rate_bps,
+                )
+            };
+            // Its own allocation counts as free while it is re-planned.
+            self.set_alloc(id, 0.0);
+            let gathered = match self.policy.reshaping() {
+                Some((_, order)) if min_bps <= max_bps => self.pace(&path, min_bps, order, now_s),
+                _ if min_bps <= max_bps && self.path_residual_bps(&path) >= min_bps => Ok(min_bps),
+                _ => Err(self.no_capacity(&path, min_bps)),
+            };
+            let alloc_bps = match gathered {
+                Ok(gathered_bps) => gathered_bps,
+                Err(_) => {
+                    short.push(id);
+                    self.path_residual_bps(&path)
+                }
+            };
+            self.set_alloc(id, alloc_bps.min(max_bps));
+        }
+        short
     }
 
     /// `remove_completed_flows`: drops the transfers that have sent everything and hands
@@ -630,6 +686,35 @@ mod tests {
             window_s,
             max_rate_bps: f64::INFINITY,
         }
+    }
+
+    /// A transfer that sent less than planned is re-planned from the others' slack;
+    /// one that can no longer make its deadline on any share keeps what is free and is
+    /// named.
+    #[test]
+    fn a_transfer_that_fell_behind_takes_the_others_slack() {
+        let mut scheduler = one_link(Policy::GlobalLjf);
+        let a = scheduler.admit(request(50.0, 10.0), 0.0).unwrap();
+        let b = scheduler.admit(request(20.0, 10.0), 0.0).unwrap();
+        // B needs 2 bit/s: A (R^min 5) gives up its slack of 5.
+        assert_eq!(scheduler.transfer(a).unwrap().alloc_bps, 5.0);
+        assert_eq!(scheduler.transfer(b).unwrap().alloc_bps, 5.0);
+        // At t = 5 A has sent 10 bits, not 25: it needs 40/5 = 8 bit/s, B (10 bits
+        // left) needs 2 of its 5.
+        scheduler.set_remaining(a, 40.0);
+        scheduler.set_remaining(b, 10.0);
+        assert!(scheduler.replan(5.0).is_empty());
+        assert_eq!(scheduler.transfer(a).unwrap().alloc_bps, 8.0);
+        assert_eq!(scheduler.transfer(b).unwrap().alloc_bps, 2.0);
+        // 60 bits in 5 s needs 12 bit/s of a 10 bit/s link: it keeps all that is free.
+        scheduler.set_remaining(a, 60.0);
+        assert_eq!(scheduler.replan(5.0), vec![a]);
+        assert_eq!(scheduler.transfer(a).unwrap().alloc_bps, 8.0);
+        // A transfer on plan is left alone.
+        scheduler.set_remaining(a, 0.0);
+        scheduler.remove_completed(5.0);
+        assert!(scheduler.replan(5.0).is_empty());
+        assert_eq!(scheduler.transfer(b).unwrap().alloc_bps, 10.0);
     }
 
     /// 100 bits in 10 s needs exactly the link's 10 bit/s: admitted, and it ends at the

@@ -11,6 +11,8 @@
 //! Kind `b'L'` (latency echo): the client sends frames (u32 big-endian length, then
 //! that many bytes, at most [`MAX_ECHO_FRAME_BYTES`]); the server echoes each frame
 //! as soon as it is complete.
+//!
+//! Kind `b'D'` (deadline transfer): see [`crate::transfer`].
 
 use std::io;
 
@@ -36,6 +38,8 @@ pub enum Status {
     UnsupportedVersion = 2,
     /// The service is in use (e.g. an exclusive throughput test); retry later.
     Busy = 3,
+    /// The request was understood and refused (a ticket that does not verify, say).
+    Refused = 4,
 }
 
 impl Status {
@@ -45,6 +49,7 @@ impl Status {
             1 => Some(Self::UnknownKind),
             2 => Some(Self::UnsupportedVersion),
             3 => Some(Self::Busy),
+            4 => Some(Self::Refused),
             _ => None,
         }
     }

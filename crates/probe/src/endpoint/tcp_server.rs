@@ -17,6 +17,7 @@ use super::tcp::{
 };
 use crate::throughput::server::{ThroughputService, MAX_CONNECTION_THREADS};
 use crate::throughput::wire::KIND_THROUGHPUT;
+use crate::transfer::KIND_TRANSFER;
 
 /// How long a client may take to send its preamble, and stay idle between frames.
 const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -130,6 +131,7 @@ async fn serve_connection(
             .await
             .map_err(io::Error::other)?
         }
+        KIND_TRANSFER => crate::transfer::serve(stream, throughput.tickets.as_deref()).await,
         // Further services are added as arms here.
         other => {
             bump(&counters.tcp_unknown_kind);

@@ -11,7 +11,9 @@ use vantage_model::control::{
     AgentRegistration, AssignedRuns, HeartbeatAck, RegistrationAck, Role, MAX_VERSION_LEN,
 };
 
-use super::common::{parse_body, parse_query, ApiError, ApiResult, AppState, Caller};
+use super::common::{
+    parse_body, parse_query, ApiError, ApiResult, AppState, Caller, MAX_LONG_POLL_S,
+};
 use crate::archive::now_us;
 use crate::dispatch::assign;
 
@@ -98,9 +100,6 @@ fn default_horizon_s() -> u64 {
     60
 }
 
-/// Longest long-poll a client may ask for.
-const MAX_WAIT_S: u64 = 60;
-
 pub(super) async fn assigned_runs(
     State(state): State<AppState>,
     caller: Caller,
@@ -117,7 +116,8 @@ pub(super) async fn assigned_runs(
         ));
     }
     state.archive.touch_agent(&name).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(query.wait_s.min(MAX_WAIT_S));
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_secs(query.wait_s.min(MAX_LONG_POLL_S));
     let mut stopping = state.stopping.subscribe();
     loop {
         let horizon_us =

@@ -18,6 +18,9 @@ use crate::state::ServerState;
 /// Largest batch one call may carry (results, app metrics).
 pub(super) const MAX_BATCH: usize = 10_000;
 
+/// Longest long-poll a client may ask for (`wait_s`).
+pub(super) const MAX_LONG_POLL_S: u64 = 60;
+
 pub(super) type AppState = Arc<ServerState>;
 
 /// An API error: its status and a message naming the problem.

@@ -15,6 +15,7 @@ mod grid;
 mod health;
 mod results;
 mod sla;
+mod transfers;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode, Uri};
@@ -71,6 +72,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/session"),
     ("delete", "/api/v1/session"),
     ("get", "/api/v1/grid"),
+    ("post", "/api/v1/transfers"),
+    ("get", "/api/v1/transfers"),
+    ("get", "/api/v1/transfers/{id}"),
+    ("get", "/api/v1/agents/{name}/transfers"),
+    ("post", "/api/v1/agents/{name}/transfers/{id}/progress"),
 ];
 
 /// Liveness with the background tasks' states: 503 `degraded` while one is not running
@@ -162,6 +168,19 @@ pub fn router(state: AppState) -> Router {
                 .delete(dashboard::sign_out),
         )
         .route("/api/v1/grid", get(grid::grid))
+        .route(
+            "/api/v1/transfers",
+            post(transfers::create).get(transfers::list),
+        )
+        .route("/api/v1/transfers/{id}", get(transfers::get))
+        .route(
+            "/api/v1/agents/{name}/transfers",
+            get(transfers::assignments),
+        )
+        .route(
+            "/api/v1/agents/{name}/transfers/{id}/progress",
+            post(transfers::progress),
+        )
         .fallback(|uri: Uri| async move {
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -89,6 +89,7 @@ pub fn options(db: &TestDb, planner: PlannerOptions) -> ServerOptions {
         planner,
         http: vantage_server::http::HttpLimits::default(),
         tls: None,
+        transfers: Default::default(),
     }
 }
 
