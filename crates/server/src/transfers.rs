@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use vantage_model::config::{Segment, SegmentKind};
-use vantage_model::ticket::{TicketClaims, TicketSigner};
+use vantage_model::ticket::{TestTicket, TicketClaims, TicketSigner};
 use vantage_model::transfers::{
     TransferAsk, TransferAssignment, TransferAssignments, TransferProgress, TransferRecord,
     TransferState, TRANSFER_TEST,
@@ -81,7 +81,10 @@ struct Entry {
     record: TransferRecord,
     /// The transfer's id in the scheduler while it is planned.
     slot: Option<usize>,
-    assignment: TransferAssignment,
+    /// Where the destination's endpoint listens, and the ticket it requires.
+    address: String,
+    port: u16,
+    ticket: TestTicket,
 }
 
 struct Desk {
@@ -103,6 +106,11 @@ pub struct TransferDesk {
     version: tokio::sync::watch::Sender<u64>,
 }
 
+/// The name of one direction of an uplink: `out` of its members or `in`to them.
+fn uplink_direction(segment: &str, direction: &str) -> String {
+    format!("{segment} ({direction})")
+}
+
 /// The links a configuration declares, in order: each uplink out of and into its
 /// members, each shared segment as one.
 fn declared_links(segments: &[Segment]) -> Vec<PlannedLink> {
@@ -116,7 +124,7 @@ fn declared_links(segments: &[Segment]) -> Vec<PlannedLink> {
             SegmentKind::Uplink => {
                 for direction in ["out", "in"] {
                     links.push(PlannedLink {
-                        name: format!("{} ({direction})", segment.name),
+                        name: uplink_direction(&segment.name, direction),
                         capacity_bps,
                     });
                 }
@@ -149,8 +157,8 @@ fn crossed_links(
             continue;
         }
         match segment.kind {
-            SegmentKind::Uplink if from => names.push(format!("{} (out)", segment.name)),
-            SegmentKind::Uplink => names.push(format!("{} (in)", segment.name)),
+            SegmentKind::Uplink if from => names.push(uplink_direction(&segment.name, "out")),
+            SegmentKind::Uplink => names.push(uplink_direction(&segment.name, "in")),
             SegmentKind::Shared => names.push(segment.name.clone()),
         }
     }
@@ -176,7 +184,6 @@ impl Desk {
                 .map_or(0.0, |transfer| transfer.alloc_bps);
             if rate_bps != entry.record.rate_bps {
                 entry.record.rate_bps = rate_bps;
-                entry.assignment.rate_bps = rate_bps;
                 changed = true;
             }
         }
@@ -414,22 +421,14 @@ impl TransferDesk {
             at_risk: false,
             error: None,
         };
-        let assignment = TransferAssignment {
-            id: id.clone(),
-            destination: ask.destination.clone(),
-            address,
-            port: destination.registration.endpoint_port,
-            bytes: ask.bytes,
-            rate_bps,
-            deadline,
-            ticket,
-        };
         desk.entries.insert(
             id,
             Entry {
                 record: record.clone(),
                 slot: Some(slot),
-                assignment,
+                address,
+                port: destination.registration.endpoint_port,
+                ticket,
             },
         );
         // Pacing may have slowed others to make room.
@@ -520,14 +519,7 @@ impl TransferDesk {
             let error = format!("the deadline passed with {delivered} of {bytes} bytes delivered");
             desk.end(&id, TransferState::Missed, Some(error), now_us);
         }
-        let behind: Vec<usize> = desk
-            .scheduler
-            .transfers()
-            .filter(|(_, transfer)| {
-                transfer.remaining_bits > 0.0 && transfer.min_rate_bps(now_s) > transfer.alloc_bps
-            })
-            .map(|(slot, _)| slot)
-            .collect();
+        let behind = desk.scheduler.behind(now_s);
         if !behind.is_empty() {
             let short = desk.scheduler.replan(now_s);
             for entry in desk.entries.values_mut() {
@@ -556,7 +548,16 @@ impl TransferDesk {
                 .entries
                 .values()
                 .filter(|entry| entry.record.source == agent && entry.record.state.is_active())
-                .map(|entry| entry.assignment.clone())
+                .map(|entry| TransferAssignment {
+                    id: entry.record.id.clone(),
+                    destination: entry.record.destination.clone(),
+                    address: entry.address.clone(),
+                    port: entry.port,
+                    bytes: entry.record.bytes,
+                    rate_bps: entry.record.rate_bps,
+                    deadline: entry.record.deadline,
+                    ticket: entry.ticket.clone(),
+                })
                 .collect(),
         }
     }

@@ -353,18 +353,23 @@ impl Scheduler {
         }
     }
 
+    /// The transfers that fell behind: what they have left needs more than they are
+    /// allocated.
+    pub fn behind(&self, now_s: f64) -> Vec<usize> {
+        self.transfers()
+            .filter(|(_, transfer)| {
+                transfer.remaining_bits > 0.0 && transfer.min_rate_bps(now_s) > transfer.alloc_bps
+            })
+            .map(|(id, _)| id)
+            .collect()
+    }
+
     /// Re-plans the transfers that fell behind: each whose R^min now exceeds its
     /// allocation, most urgent deadline first, takes the difference from free capacity
     /// and, under a reshaping policy, from the others' slack, as admission does. Returns
     /// the ids that even so cannot get their R^min (they keep what their path has free).
     pub fn replan(&mut self, now_s: f64) -> Vec<usize> {
-        let mut behind: Vec<usize> = self
-            .transfers()
-            .filter(|(_, transfer)| {
-                transfer.remaining_bits > 0.0 && transfer.min_rate_bps(now_s) > transfer.alloc_bps
-            })
-            .map(|(id, _)| id)
-            .collect();
+        let mut behind = self.behind(now_s);
         behind.sort_by(|&a, &b| self.held(a).deadline_s.total_cmp(&self.held(b).deadline_s));
         let mut short = Vec::new();
         for id in behind {
