@@ -72,7 +72,7 @@ pub struct TransferRecord {
     pub ended_at: Option<DateTime<Utc>>,
     /// Epochs in which it was behind its plan and was re-planned.
     pub replans: u32,
-    /// The last re-plan could not give it the rate its deadline needs.
+    /// The last epoch could not give it the rate its deadline needs (cleared once it can).
     pub at_risk: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

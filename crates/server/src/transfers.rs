@@ -520,15 +520,19 @@ impl TransferDesk {
             desk.end(&id, TransferState::Missed, Some(error), now_us);
         }
         let behind = desk.scheduler.behind(now_s);
-        if !behind.is_empty() {
-            let short = desk.scheduler.replan(now_s);
-            for entry in desk.entries.values_mut() {
-                if let Some(slot) = entry.slot {
-                    if behind.contains(&slot) {
-                        entry.record.replans += 1;
-                    }
-                    entry.record.at_risk = short.contains(&slot);
+        // With nobody behind nobody is at risk: a flag from an earlier epoch clears once its
+        // transfer has caught up.
+        let short = if behind.is_empty() {
+            Vec::new()
+        } else {
+            desk.scheduler.replan(now_s)
+        };
+        for entry in desk.entries.values_mut() {
+            if let Some(slot) = entry.slot {
+                if behind.contains(&slot) {
+                    entry.record.replans += 1;
                 }
+                entry.record.at_risk = short.contains(&slot);
             }
         }
         changed |= desk.refresh_rates();
@@ -656,31 +660,32 @@ mod tests {
         )
     }
 
+    /// Asks for `bytes` from `source` to `dst` within `window_s`, through [`uplink`], at T0.
+    fn admit(
+        (desk, agents, signer): &(TransferDesk, Vec<AgentRecord>, TicketSigner),
+        source: &str,
+        bytes: u64,
+        window_s: f64,
+    ) -> Result<TransferRecord, TransferRefusal> {
+        desk.admit(
+            &ask(source, bytes, window_s),
+            &uplink(),
+            agents,
+            signer,
+            T0_US,
+        )
+    }
+
     #[test]
     fn admission_paces_the_first_and_refuses_what_the_link_cannot_carry_naming_it() {
-        let (desk, agents, signer) = desk();
+        let fixture = desk();
+        let desk = &fixture.0;
         // 10 MB in 80 s needs 1 Mbit/s; alone it gets the whole 10 Mbit/s link (in).
-        let loose = desk
-            .admit(
-                &ask("a", 10_000_000, 80.0),
-                &uplink(),
-                &agents,
-                &signer,
-                T0_US,
-            )
-            .unwrap();
+        let loose = admit(&fixture, "a", 10_000_000, 80.0).unwrap();
         assert_eq!(loose.rate_bps, 10e6);
         assert_eq!(loose.links, vec!["wan (in)".to_string()]);
         // 6 MB in 8 s needs 6 Mbit/s: the loose one gives up its slack of 9 Mbit/s.
-        let critical = desk
-            .admit(
-                &ask("b", 6_000_000, 8.0),
-                &uplink(),
-                &agents,
-                &signer,
-                T0_US,
-            )
-            .unwrap();
+        let critical = admit(&fixture, "b", 6_000_000, 8.0).unwrap();
         assert_eq!(critical.rate_bps, 9e6);
         assert_eq!(desk.get(&loose.id).unwrap().rate_bps, 1e6);
         let assigned = desk.assignments("b");
@@ -688,15 +693,7 @@ mod tests {
         assert_eq!(assigned.transfers[0].rate_bps, 9e6);
         assert_eq!(assigned.transfers[0].address, "10.0.0.3");
         // 10 MB in 8 s needs 10 Mbit/s: 0 left beyond the others' minimums.
-        let refusal = desk
-            .admit(
-                &ask("a", 10_000_000, 8.0),
-                &uplink(),
-                &agents,
-                &signer,
-                T0_US,
-            )
-            .unwrap_err();
+        let refusal = admit(&fixture, "a", 10_000_000, 8.0).unwrap_err();
         assert!(
             matches!(&refusal, TransferRefusal::NoCapacity(message) if message.contains("wan (in)") && message.contains("10.0 Mbit/s")),
             "{refusal:?}"
@@ -722,22 +719,36 @@ mod tests {
     }
 
     #[test]
-    fn progress_ends_transfers_and_a_transfer_behind_is_replanned() {
-        let (desk, agents, signer) = desk();
-        let admit = |source: &str, bytes: u64, window_s: f64| {
-            desk.admit(
-                &ask(source, bytes, window_s),
-                &uplink(),
-                &agents,
-                &signer,
-                T0_US,
-            )
-            .unwrap()
+    fn a_transfer_at_risk_is_flagged_until_it_catches_up() {
+        let fixture = desk();
+        let desk = &fixture.0;
+        // 10 MB in 10 s needs 8 Mbit/s and gets the whole 10.
+        let transfer = admit(&fixture, "a", 10_000_000, 10.0).unwrap();
+        let at = |delivered_bytes: u64, at_s: i64| {
+            let progress = TransferProgress {
+                delivered_bytes,
+                done: false,
+                error: None,
+            };
+            desk.progress("a", &transfer.id, &progress, T0_US + at_s * 1_000_000)
+                .unwrap();
+            desk.epoch(T0_US + at_s * 1_000_000);
+            desk.get(&transfer.id).unwrap().at_risk
         };
+        // At 5 s, 1 MB: the other 9 need 14.4 Mbit/s of a 10 Mbit/s link.
+        assert!(at(1_000_000, 5));
+        // At 6 s, 8 MB: the other 2 need 4 Mbit/s, no longer at risk.
+        assert!(!at(8_000_000, 6));
+    }
+
+    #[test]
+    fn progress_ends_transfers_and_a_transfer_behind_is_replanned() {
+        let fixture = desk();
+        let desk = &fixture.0;
         // 6 MB in 8 s (6 Mbit/s) gets the free 10; 10 MB in 80 s (1 Mbit/s) then takes
         // its slack of 4.
-        let critical = admit("b", 6_000_000, 8.0);
-        let loose = admit("a", 10_000_000, 80.0);
+        let critical = admit(&fixture, "b", 6_000_000, 8.0).unwrap();
+        let loose = admit(&fixture, "a", 10_000_000, 80.0).unwrap();
         assert_eq!(desk.get(&critical.id).unwrap().rate_bps, 6e6);
         assert_eq!(loose.rate_bps, 4e6);
         let report = |id: &str, agent: &str, delivered_bytes: u64, done: bool, at_s: i64| {
