@@ -520,13 +520,8 @@ impl TransferDesk {
             desk.end(&id, TransferState::Missed, Some(error), now_us);
         }
         let behind = desk.scheduler.behind(now_s);
-        // With nobody behind nobody is at risk: a flag from an earlier epoch clears once its
-        // transfer has caught up.
-        let short = if behind.is_empty() {
-            Vec::new()
-        } else {
-            desk.scheduler.replan(now_s)
-        };
+        // Set every epoch, so a flag clears once its transfer has caught up.
+        let short = desk.scheduler.replan(now_s);
         for entry in desk.entries.values_mut() {
             if let Some(slot) = entry.slot {
                 if behind.contains(&slot) {
