@@ -6,8 +6,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use vantage_model::control::{
-    AgentRegistration, AssignedRun, AssignedRuns, HeartbeatAck, RegistrationAck, ResultAck,
-    ResultUpload,
+    AgentRegistration, AssignedRun, AssignedRuns, BatchAck, HeartbeatAck, RegistrationAck,
+    ResultAck, ResultUpload,
 };
 use vantage_model::transfers::{TransferAssignments, TransferProgress, TransferRecord};
 
@@ -177,6 +177,15 @@ impl ServerClient {
             ))
             .json(progress);
         self.send(request, Duration::from_secs(10)).await
+    }
+
+    /// Uploads several results in one request; the answer has one element per upload.
+    pub async fn upload_batch(&self, uploads: &[ResultUpload]) -> Result<BatchAck, CallError> {
+        let request = self
+            .http
+            .post(format!("{}/api/v1/results/batch", self.base))
+            .json(uploads);
+        self.send(request, Duration::from_secs(60)).await
     }
 
     pub async fn upload(&self, upload: &ResultUpload) -> Result<ResultAck, CallError> {

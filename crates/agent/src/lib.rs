@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tokio::sync::{watch, Notify};
-use vantage_model::control::{AgentRegistration, AssignedRun, ResultUpload};
+use vantage_model::control::{AgentRegistration, AssignedRun, BatchItemAck, ResultUpload};
 use vantage_model::ticket::TicketVerifier;
 use vantage_probe::endpoint::{Endpoint, EndpointConfig};
 use vantage_probe::source_policy::SourceLimits;
@@ -131,6 +131,13 @@ impl Backoff {
         self.0 = Duration::from_millis(500);
     }
 }
+
+/// Most results one upload request carries (a backlog after an outage goes 200 at a
+/// time).
+const UPLOAD_BATCH: usize = 200;
+
+/// Least time between the starts of two upload rounds, in seconds.
+const UPLOAD_ROUND_S: u64 = 1;
 
 /// How the server answered an upload it did not refuse for the operator to fix.
 enum Delivery {
@@ -332,10 +339,14 @@ impl AgentTasks {
         Ok(())
     }
 
-    /// Uploads everything in the spool, deleting each file once acknowledged.
+    /// Uploads everything in the spool, deleting each file once acknowledged. Rounds
+    /// start at most [`UPLOAD_ROUND_S`] apart: a result after a quiet spell goes at
+    /// once, and the results of a dense mesh, which finish every few milliseconds, go
+    /// together rather than one request each.
     async fn upload_loop(self: Arc<Self>) {
         let mut backoff = Backoff::new();
         loop {
+            let round_began = tokio::time::Instant::now();
             let pause = match self.upload_pending().await {
                 Ok(()) => {
                     backoff.reset();
@@ -350,40 +361,79 @@ impl AgentTasks {
                 _ = self.spooled.notified() => {}
                 _ = tokio::time::sleep(pause) => {}
             }
+            tokio::time::sleep_until(round_began + Duration::from_secs(UPLOAD_ROUND_S)).await;
         }
     }
 
-    /// Delivers what the memory hold keeps, then the spool, one result at a time. A
-    /// refusal that only the operator can fix (401 bad token, 403 wrong agent, 413 too
-    /// large for the server's limit) keeps the result and pauses uploads with backoff,
-    /// logging the error each time; a refusal of the result itself (any other 4xx)
-    /// parks a spooled one under `rejected/`.
+    /// Delivers what the memory hold keeps, then the spool, [`UPLOAD_BATCH`] results per
+    /// request. A refusal that only the operator can fix (401 bad token, 403 wrong
+    /// agent, 413 too large for the server's limit) keeps the result and pauses uploads
+    /// with backoff, logging the error each time; a refusal of the result itself (any
+    /// other 4xx) parks a spooled one under `rejected/`.
     async fn upload_pending(&self) -> anyhow::Result<()> {
         self.release_held().await?;
-        for path in self.spool.pending_files()? {
-            let upload = match self.spool.read(&path) {
-                Ok(upload) => upload,
-                Err(error @ spool::SpoolError::Corrupt { .. }) => {
-                    tracing::error!("{error}");
-                    continue;
+        for files in self.spool.pending_files()?.chunks(UPLOAD_BATCH) {
+            let mut uploads = Vec::with_capacity(files.len());
+            for path in files {
+                match self.spool.read(path) {
+                    Ok(upload) => uploads.push(upload),
+                    Err(error @ spool::SpoolError::Corrupt { .. }) => {
+                        tracing::error!("{error}");
+                    }
+                    // Gone meanwhile (uploaded by a direct upload, say).
+                    Err(spool::SpoolError::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(error) => return Err(error.into()),
                 }
-                // Gone meanwhile (uploaded by a direct upload, say).
-                Err(spool::SpoolError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    continue
-                }
-                Err(error) => return Err(error.into()),
-            };
-            match self.deliver(&upload).await? {
-                Delivery::Acknowledged => self.spool.remove(&upload.run_id)?,
-                Delivery::Refused(reason) => {
-                    tracing::error!(run = %upload.run_id, %reason, "server refused a result; kept under rejected/");
-                    self.spool.reject(&upload.run_id, &reason)?;
+            }
+            for (upload, delivery) in uploads.iter().zip(self.deliver_batch(&uploads).await?) {
+                match delivery {
+                    Delivery::Acknowledged => self.spool.remove(&upload.run_id)?,
+                    Delivery::Refused(reason) => {
+                        tracing::error!(run = %upload.run_id, %reason, "server refused a result; kept under rejected/");
+                        self.spool.reject(&upload.run_id, &reason)?;
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Uploads several results in one request; answers one delivery per upload. A
+    /// refused batch (too large together, say, or one upload the server cannot read)
+    /// is sent again one result at a time, so that each is answered on its own.
+    async fn deliver_batch(&self, uploads: &[ResultUpload]) -> anyhow::Result<Vec<Delivery>> {
+        if uploads.len() > 1 {
+            match self.client.upload_batch(uploads).await {
+                Ok(answer) if answer.results.len() == uploads.len() => {
+                    return Ok(answer
+                        .results
+                        .into_iter()
+                        .map(|ack| match ack {
+                            BatchItemAck::Stored(_) => Delivery::Acknowledged,
+                            BatchItemAck::Refused { error, .. } => Delivery::Refused(error),
+                        })
+                        .collect())
+                }
+                Ok(answer) => anyhow::bail!(
+                    "the server answered {} of {} uploads in a batch",
+                    answer.results.len(),
+                    uploads.len()
+                ),
+                Err(CallError::Refused { status, message }) => tracing::warn!(
+                    status,
+                    %message,
+                    results = uploads.len(),
+                    "server refused a batch upload; sending its results one at a time"
+                ),
+                Err(error) => return Err(error.into()),
+            }
+        }
+        let mut deliveries = Vec::with_capacity(uploads.len());
+        for upload in uploads {
+            deliveries.push(self.deliver(upload).await?);
+        }
+        Ok(deliveries)
     }
 
     /// Moves results held in memory to the spool once it has room (durable again), or

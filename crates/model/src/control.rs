@@ -173,6 +173,23 @@ pub struct ResultAck {
     pub duplicate: bool,
 }
 
+/// The server's answer to a batch upload (`POST /api/v1/results/batch`): one element
+/// per upload, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchAck {
+    pub results: Vec<BatchItemAck>,
+}
+
+/// How one upload of a batch was answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BatchItemAck {
+    /// Stored, or already stored (`duplicate`): the agent may delete its copy.
+    Stored(ResultAck),
+    /// Refused for the result itself (unknown run, another agent's run, no document).
+    Refused { run_id: String, error: String },
+}
+
 /// One application metric sample (Narada Metrics' publish call, Bazan-Antequera et al.).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppMetric {

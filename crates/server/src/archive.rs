@@ -5,7 +5,7 @@
 //! since the Unix epoch (`*_us` columns) and JSON documents as text; that keeps
 //! the schema identical and lets ranges use plain integer indexes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
@@ -360,6 +360,9 @@ pub struct SlaFilter {
 pub struct Archive {
     pool: AnyPool,
     backend: Backend,
+    /// Where write transactions run: on SQLite one connection of its own (see
+    /// [`Archive::write_transaction`]), on PostgreSQL the pool itself.
+    writer: AnyPool,
 }
 
 impl Archive {
@@ -381,9 +384,8 @@ impl Archive {
         } else {
             return Err(ArchiveError::UnsupportedUrl(url.to_string()));
         };
-        let pool = AnyPoolOptions::new()
-            .max_connections(max_connections)
-            .after_connect(move |conn, _meta| {
+        let options = || {
+            AnyPoolOptions::new().after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {
                         // WAL lets readers (queries, SSE) run beside the ingest writer.
@@ -400,6 +402,9 @@ impl Archive {
                     Ok(())
                 })
             })
+        };
+        let pool = options()
+            .max_connections(max_connections)
             .connect(&url)
             .await
             .map_err(sql("connecting"))?;
@@ -407,18 +412,34 @@ impl Archive {
             Backend::Sqlite => sqlx::migrate!("migrations/sqlite").run(&pool).await?,
             Backend::Postgres => sqlx::migrate!("migrations/postgres").run(&pool).await?,
         }
-        Ok(Archive { pool, backend })
+        let writer = match backend {
+            Backend::Sqlite => options()
+                .max_connections(1)
+                .connect(&url)
+                .await
+                .map_err(sql("connecting"))?,
+            Backend::Postgres => pool.clone(),
+        };
+        Ok(Archive {
+            pool,
+            backend,
+            writer,
+        })
     }
 
-    /// Starts a transaction that will write. On SQLite it takes the write lock up front
-    /// (BEGIN IMMEDIATE): a deferred transaction that reads first and then writes gets
-    /// SQLITE_BUSY at once, without waiting, when another writer committed meanwhile.
+    /// Starts a transaction that will write. On SQLite it runs on the writer's own
+    /// connection, so writers queue for it in order, each woken as soon as the one
+    /// before commits (not in SQLite's busy handler, which polls with sleeps of up to
+    /// 100 ms), and its page cache stays warm (another connection's write would void
+    /// it); and it takes the write lock up front (BEGIN IMMEDIATE): a deferred
+    /// transaction that reads first and then writes gets SQLITE_BUSY at once, without
+    /// waiting, when another connection committed meanwhile.
     async fn write_transaction(
         &self,
     ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
         match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.pool.begin().await,
+            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.writer.begin().await,
         }
     }
 
@@ -431,6 +452,7 @@ impl Archive {
     }
 
     pub async fn close(&self) {
+        self.writer.close().await;
         self.pool.close().await;
     }
 
@@ -1009,6 +1031,9 @@ impl Archive {
     }
 
     /// Stores a batch of uploads in one transaction; each element answers one upload.
+    /// The batch costs a fixed number of statements whatever its size (the runs read,
+    /// the results, their metrics and the runs' new states, each as one set), so the
+    /// database's round trips do not grow with the batch.
     pub async fn ingest_batch(
         &self,
         uploads: &[ResultUpload],
@@ -1018,140 +1043,237 @@ impl Archive {
             .write_transaction()
             .await
             .map_err(sql("ingesting results"))?;
-        let mut outcomes = Vec::with_capacity(uploads.len());
+        let runs = self.runs_by_id(&mut tx, uploads).await?;
+
+        // Check every upload first; the accepted ones are written together below.
+        let mut steps = Vec::with_capacity(uploads.len());
+        let mut accepted: Vec<Accepted> = Vec::new();
+        let mut first_of: HashMap<&str, usize> = HashMap::new();
         for upload in uploads {
-            let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
-                .bind(&upload.run_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(sql("ingesting results"))?;
-            let Some(row) = row else {
-                outcomes.push(Err(IngestRefusal::UnknownRun(upload.run_id.clone())));
+            let Some(run) = runs.get(&upload.run_id) else {
+                steps.push(Step::Done(Box::new(Err(IngestRefusal::UnknownRun(
+                    upload.run_id.clone(),
+                )))));
                 continue;
             };
-            let mut run = run_from_row(&row)?;
             if run.client != upload.agent {
-                outcomes.push(Err(IngestRefusal::WrongAgent {
+                steps.push(Step::Done(Box::new(Err(IngestRefusal::WrongAgent {
                     run_id: run.id.clone(),
                     client: run.client.clone(),
                     agent: upload.agent.clone(),
-                }));
+                }))));
                 continue;
             }
-            let (raw, metrics, packets) = match (&upload.outcome, &upload.result) {
-                (RunOutcome::Completed, Some(result)) => {
-                    match crate::capture_packets::detach(&run.test, result) {
-                        Ok(None) => (result.to_string(), summary_metrics(&run.test, result), None),
-                        Ok(Some((document, packets))) => (
-                            document.to_string(),
-                            summary_metrics(&run.test, &document),
-                            Some(packets),
-                        ),
-                        Err(refusal) => {
-                            outcomes.push(Err(IngestRefusal::Packets {
-                                run_id: upload.run_id.clone(),
-                                refusal,
-                            }));
-                            continue;
-                        }
-                    }
-                }
-                (RunOutcome::Completed, None) => {
-                    outcomes.push(Err(IngestRefusal::MissingResult(upload.run_id.clone())));
-                    continue;
-                }
-                (RunOutcome::Failed, result) => (
-                    result
-                        .as_ref()
-                        .map(|r| r.to_string())
-                        .unwrap_or_else(|| "null".into()),
-                    BTreeMap::new(),
-                    None,
-                ),
-            };
-            let outcome = match upload.outcome {
-                RunOutcome::Completed => "completed",
-                RunOutcome::Failed => "failed",
-            };
-            let start_us = to_us(upload.actual_start);
-            let end_us = to_us(upload.actual_end);
-            let insert = sqlx::query(
-                "INSERT INTO results (run_id, test, client, server, start_us, end_us, received_us, outcome, error, raw) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (run_id) DO NOTHING",
-            )
-                .bind(&run.id)
-                .bind(&run.test)
-                .bind(&run.client)
-                .bind(&run.server)
-                .bind(start_us)
-                .bind(end_us)
-                .bind(received)
-                .bind(outcome)
-                .bind(upload.error.as_deref())
-                .bind(raw);
-            let done = insert
-                .execute(&mut *tx)
-                .await
-                .map_err(sql("ingesting results"))?;
-            if done.rows_affected() == 0 {
-                outcomes.push(Ok((Ingest::Duplicate, run)));
+            // The same run twice in one batch: the first upload is the one stored.
+            if first_of.contains_key(upload.run_id.as_str()) {
+                steps.push(Step::Done(Box::new(Ok((Ingest::Duplicate, run.clone())))));
                 continue;
             }
-            if let Some(pcapng) = packets {
+            match Accepted::check(run, upload) {
+                Ok(candidate) => {
+                    first_of.insert(&upload.run_id, accepted.len());
+                    steps.push(Step::Accepted(accepted.len()));
+                    accepted.push(candidate);
+                }
+                Err(refusal) => steps.push(Step::Done(Box::new(Err(refusal)))),
+            }
+        }
+
+        let stored = self.insert_results(&mut tx, &accepted, received).await?;
+        let new: Vec<&Accepted> = accepted
+            .iter()
+            .filter(|candidate| stored.contains(&candidate.run.id))
+            .collect();
+        for candidate in &new {
+            if let Some(pcapng) = &candidate.packets {
                 sqlx::query(
                     "INSERT INTO capture_packets (run_id, start_us, pcapng) VALUES ($1, $2, $3)",
                 )
-                .bind(&run.id)
-                .bind(start_us)
-                .bind(pcapng)
+                .bind(&candidate.run.id)
+                .bind(candidate.start_us)
+                .bind(pcapng.clone())
                 .execute(&mut *tx)
                 .await
                 .map_err(sql("storing a capture's packets"))?;
             }
-            if !metrics.is_empty() {
-                let rows: Vec<String> = (0..metrics.len())
-                    .map(|index| {
-                        let first = 6 + 2 * index;
-                        format!("($1, ${first}, ${}, $2, $3, $4, $5)", first + 1)
-                    })
-                    .collect();
-                let text = format!(
-                    "INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) VALUES {}",
-                    rows.join(", ")
-                );
-                let mut insert = sqlx::query(&text)
-                    .bind(&run.id)
-                    .bind(start_us)
-                    .bind(&run.client)
-                    .bind(&run.server)
-                    .bind(&run.test);
-                for (name, value) in &metrics {
-                    insert = insert.bind(name.as_str()).bind(*value);
-                }
-                insert
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql("ingesting results"))?;
-            }
-            sqlx::query(
-                "UPDATE runs SET state = $1, actual_start_us = $2, actual_end_us = $3, reason = $4 WHERE id = $5",
-            )
-            .bind(outcome)
-            .bind(start_us)
-            .bind(end_us)
-            .bind(upload.error.as_deref())
-            .bind(&run.id)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql("ingesting results"))?;
-            run.state = RunState::parse(outcome);
-            run.actual_start_us = Some(start_us);
-            run.actual_end_us = Some(end_us);
-            run.reason = upload.error.clone();
-            outcomes.push(Ok((Ingest::Stored(metrics), run)));
         }
+        self.insert_metrics(&mut tx, &new).await?;
+        self.complete_runs(&mut tx, &new).await?;
         tx.commit().await.map_err(sql("ingesting results"))?;
-        Ok(outcomes)
+
+        Ok(steps
+            .into_iter()
+            .map(|step| match step {
+                Step::Done(outcome) => *outcome,
+                Step::Accepted(index) => {
+                    let candidate = &accepted[index];
+                    if stored.contains(&candidate.run.id) {
+                        Ok((
+                            Ingest::Stored(candidate.metrics.clone()),
+                            candidate.completed_run(),
+                        ))
+                    } else {
+                        Ok((Ingest::Duplicate, candidate.run.clone()))
+                    }
+                }
+            })
+            .collect())
+    }
+
+    /// The runs the uploads name, by id.
+    async fn runs_by_id(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        uploads: &[ResultUpload],
+    ) -> Result<HashMap<String, RunRecord>, ArchiveError> {
+        let mut runs = HashMap::with_capacity(uploads.len());
+        for chunk in row_chunks(uploads) {
+            let text = format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE id IN ({})",
+                value_rows(1, chunk.len())
+            );
+            let mut query = sqlx::query(&text);
+            for upload in chunk {
+                query = query.bind(&upload.run_id);
+            }
+            for row in query
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(sql("ingesting results"))?
+            {
+                let run = run_from_row(&row)?;
+                runs.insert(run.id.clone(), run);
+            }
+        }
+        Ok(runs)
+    }
+
+    /// Inserts the accepted results; answers the run ids that were new (a run id
+    /// already stored is left as it is: uploads are idempotent).
+    async fn insert_results(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        accepted: &[Accepted],
+        received_us: i64,
+    ) -> Result<HashSet<String>, ArchiveError> {
+        let mut stored = HashSet::with_capacity(accepted.len());
+        for chunk in row_chunks(accepted) {
+            let text = format!(
+                "INSERT INTO results (run_id, test, client, server, start_us, end_us, received_us, \
+                 outcome, error, raw) VALUES {} ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                value_rows(10, chunk.len())
+            );
+            let mut query = sqlx::query(&text);
+            for candidate in chunk {
+                query = query
+                    .bind(&candidate.run.id)
+                    .bind(&candidate.run.test)
+                    .bind(&candidate.run.client)
+                    .bind(&candidate.run.server)
+                    .bind(candidate.start_us)
+                    .bind(candidate.end_us)
+                    .bind(received_us)
+                    .bind(candidate.outcome)
+                    .bind(candidate.error.as_deref())
+                    .bind(&candidate.raw);
+            }
+            for row in query
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(sql("ingesting results"))?
+            {
+                stored.insert(row.try_get(0).map_err(sql("ingesting results"))?);
+            }
+        }
+        Ok(stored)
+    }
+
+    /// The summary metrics of newly stored results, one row per metric, in one
+    /// statement: several per result, and small, so they go as one JSON parameter (see
+    /// [`json_rows`]) rather than as thousands of bound values.
+    async fn insert_metrics(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        new: &[&Accepted],
+    ) -> Result<(), ArchiveError> {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            run_id: &'a str,
+            name: &'a str,
+            value: f64,
+            start_us: i64,
+            client: &'a str,
+            server: &'a str,
+            test: &'a str,
+        }
+        let rows: Vec<Row> = new
+            .iter()
+            .flat_map(|candidate| {
+                candidate.metrics.iter().map(|(name, value)| Row {
+                    run_id: &candidate.run.id,
+                    name,
+                    value: *value,
+                    start_us: candidate.start_us,
+                    client: &candidate.run.client,
+                    server: &candidate.run.server,
+                    test: &candidate.run.test,
+                })
+            })
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let source = json_rows(
+            self.backend,
+            &[
+                ("run_id", SqlType::Text),
+                ("name", SqlType::Text),
+                ("value", SqlType::Real),
+                ("start_us", SqlType::Integer),
+                ("client", SqlType::Text),
+                ("server", SqlType::Text),
+                ("test", SqlType::Text),
+            ],
+        );
+        sqlx::query(&format!(
+            "INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) \
+             SELECT run_id, name, value, start_us, client, server, test FROM {source}"
+        ))
+        .bind(to_json_text(&rows))
+        .execute(&mut **tx)
+        .await
+        .map_err(sql("ingesting results"))?;
+        Ok(())
+    }
+
+    /// Marks the runs of newly stored results completed or failed, with their times.
+    async fn complete_runs(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        new: &[&Accepted],
+    ) -> Result<(), ArchiveError> {
+        for chunk in row_chunks(new) {
+            let text = format!(
+                "WITH x (id, state, start_us, end_us, reason) AS (VALUES {}) \
+                 UPDATE runs SET state = x.state, actual_start_us = x.start_us, \
+                 actual_end_us = x.end_us, reason = x.reason FROM x WHERE runs.id = x.id",
+                value_rows(5, chunk.len())
+            );
+            let mut query = sqlx::query(&text);
+            for candidate in chunk {
+                query = query
+                    .bind(&candidate.run.id)
+                    .bind(candidate.outcome)
+                    .bind(candidate.start_us)
+                    .bind(candidate.end_us)
+                    .bind(candidate.error.as_deref());
+            }
+            query
+                .execute(&mut **tx)
+                .await
+                .map_err(sql("ingesting results"))?;
+        }
+        Ok(())
     }
 
     pub async fn results(&self, filter: &ResultFilter) -> Result<Vec<StoredResult>, ArchiveError> {
@@ -1863,6 +1985,163 @@ impl Archive {
         .map_err(sql("storing planner state"))?;
         Ok(())
     }
+}
+
+/// Where an upload stands while its batch is checked.
+enum Step {
+    Done(Box<Result<(Ingest, RunRecord), IngestRefusal>>),
+    /// Index into the batch's accepted uploads, stored unless already stored.
+    Accepted(usize),
+}
+
+/// An upload that passed the checks, with what will be stored for it.
+struct Accepted {
+    run: RunRecord,
+    /// "completed" or "failed".
+    outcome: &'static str,
+    start_us: i64,
+    end_us: i64,
+    error: Option<String>,
+    raw: String,
+    metrics: BTreeMap<String, f64>,
+    packets: Option<Vec<u8>>,
+}
+
+impl Accepted {
+    fn check(run: &RunRecord, upload: &ResultUpload) -> Result<Accepted, IngestRefusal> {
+        let (raw, metrics, packets) = match (&upload.outcome, &upload.result) {
+            (RunOutcome::Completed, Some(result)) => {
+                match crate::capture_packets::detach(&run.test, result) {
+                    Ok(None) => (result.to_string(), summary_metrics(&run.test, result), None),
+                    Ok(Some((document, packets))) => (
+                        document.to_string(),
+                        summary_metrics(&run.test, &document),
+                        Some(packets),
+                    ),
+                    Err(refusal) => {
+                        return Err(IngestRefusal::Packets {
+                            run_id: upload.run_id.clone(),
+                            refusal,
+                        })
+                    }
+                }
+            }
+            (RunOutcome::Completed, None) => {
+                return Err(IngestRefusal::MissingResult(upload.run_id.clone()))
+            }
+            (RunOutcome::Failed, result) => (
+                result
+                    .as_ref()
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "null".into()),
+                BTreeMap::new(),
+                None,
+            ),
+        };
+        Ok(Accepted {
+            run: run.clone(),
+            outcome: match upload.outcome {
+                RunOutcome::Completed => "completed",
+                RunOutcome::Failed => "failed",
+            },
+            start_us: to_us(upload.actual_start),
+            end_us: to_us(upload.actual_end),
+            error: upload.error.clone(),
+            raw,
+            metrics,
+            packets,
+        })
+    }
+
+    /// The run as it is once this result is stored.
+    fn completed_run(&self) -> RunRecord {
+        RunRecord {
+            state: RunState::parse(self.outcome),
+            actual_start_us: Some(self.start_us),
+            actual_end_us: Some(self.end_us),
+            reason: self.error.clone(),
+            ..self.run.clone()
+        }
+    }
+}
+
+/// A column's type in [`json_rows`].
+#[derive(Clone, Copy)]
+enum SqlType {
+    Text,
+    Integer,
+    Real,
+}
+
+/// A row source for a set statement: the rows arrive as one JSON array of objects in
+/// parameter `$1`, and appear as table `x` with `columns`. One parameter means one
+/// statement text for any number of rows, and none of the per-value binding cost.
+/// SQLite parses an object once per column read, so this suits many small rows.
+fn json_rows(backend: Backend, columns: &[(&str, SqlType)]) -> String {
+    match backend {
+        Backend::Postgres => {
+            let typed: Vec<String> = columns
+                .iter()
+                .map(|(name, kind)| {
+                    let kind = match kind {
+                        SqlType::Text => "text",
+                        SqlType::Integer => "bigint",
+                        SqlType::Real => "double precision",
+                    };
+                    format!("{name} {kind}")
+                })
+                .collect();
+            format!(
+                "json_to_recordset(CAST($1 AS json)) AS x({})",
+                typed.join(", ")
+            )
+        }
+        Backend::Sqlite => {
+            let extracted: Vec<String> = columns
+                .iter()
+                .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
+                .collect();
+            format!("(SELECT {} FROM json_each($1)) AS x", extracted.join(", "))
+        }
+    }
+}
+
+/// Most rows one statement of a set writes or reads.
+const CHUNK_ROWS: usize = 32;
+
+/// `rows` cut into statements of [`CHUNK_ROWS`] rows, then the rest in powers of two:
+/// a set of any size is then written with at most six statement texts per kind, each
+/// prepared once per connection, far below either database's limit on bind
+/// parameters, and with one statement per 32 rows rather than per row. (Bigger
+/// statements cost more: SQLite looks each parameter's name up in a list.)
+fn row_chunks<T>(rows: &[T]) -> Vec<&[T]> {
+    let mut chunks = Vec::new();
+    let mut rest = rows;
+    while !rest.is_empty() {
+        let size = if rest.len() >= CHUNK_ROWS {
+            CHUNK_ROWS
+        } else {
+            1 << rest.len().ilog2()
+        };
+        let (chunk, after) = rest.split_at(size);
+        chunks.push(chunk);
+        rest = after;
+    }
+    chunks
+}
+
+/// `rows` parenthesised rows of `columns` placeholders each, numbered from `$1`:
+/// `($1, $2), ($3, $4)`.
+fn value_rows(columns: usize, rows: usize) -> String {
+    (0..rows)
+        .map(|row| {
+            let placeholders: Vec<String> = (1..=columns)
+                .map(|column| format!("${}", row * columns + column))
+                .collect();
+            format!("({})", placeholders.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 const RUN_COLUMNS: &str = "id, task, test, test_name, client, server, target, spec, exclusive, reverse, priority, claims, \

@@ -7,8 +7,9 @@ use std::time::Duration;
 use chrono::Utc;
 use common::{Api, Kind, TestDb};
 use serde_json::json;
+use vantage_model::control::ResultUpload;
 use vantage_scheduler::{agent_resource, Claim, ClaimMode};
-use vantage_server::archive::{now_us, RunRecord, RunState};
+use vantage_server::archive::{now_us, Ingest, RunRecord, RunState};
 use vantage_server::planner::PlannerOptions;
 
 fn run_record(id: &str, client: &str, server: &str, start_us: i64) -> RunRecord {
@@ -644,6 +645,145 @@ async fn mixed_metrics_on_sqlite() {
 #[tokio::test]
 async fn mixed_metrics_on_postgres() {
     mixed_metrics_scenario(Kind::Postgres).await;
+}
+
+/// A batch is stored as sets (one statement per table): every upload still gets its
+/// own answer, a document comes back byte for byte whatever characters it holds, and
+/// each run takes its own state, times and reason.
+async fn batch_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "batch").await;
+    let archive = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    let start = now_us();
+    let runs: Vec<RunRecord> = ["b1", "b2", "b3", "b4"]
+        .iter()
+        .map(|id| run_record(id, "a", "b", start))
+        .collect();
+    archive.insert_runs(&runs).await.unwrap();
+    let upload =
+        |value: serde_json::Value| -> ResultUpload { serde_json::from_value(value).unwrap() };
+    let mut awkward = latency_result(120.0, 0.0);
+    awkward["note"] =
+        json!("quotes \" and \\ backslashes, 'single', ünïcödé ✓, tab\t, newline\n, $1");
+    let first = upload(json!({"run_id": "b1", "agent": "a", "outcome": "completed",
+        "actual_start": "2026-01-02T03:04:05.000001Z", "actual_end": "2026-01-02T03:04:06Z", "result": awkward}));
+    assert!(matches!(
+        archive
+            .ingest_batch(std::slice::from_ref(&first))
+            .await
+            .unwrap()[0],
+        Ok((Ingest::Stored(_), _))
+    ));
+
+    let reason = "could not reach \"b\": ünïcödé \\ reason";
+    let batch = vec![
+        first.clone(),
+        upload(
+            json!({"run_id": "b2", "agent": "a", "outcome": "failed", "error": reason,
+            "actual_start": "2026-01-02T03:05:00Z", "actual_end": "2026-01-02T03:05:01Z"}),
+        ),
+        upload(json!({"run_id": "b3", "agent": "a", "outcome": "completed",
+            "actual_start": "2026-01-02T03:06:00Z", "actual_end": "2026-01-02T03:06:01Z",
+            "result": latency_result(300.0, 0.25)})),
+        upload(json!({"run_id": "b4", "agent": "b", "outcome": "completed",
+            "actual_start": "2026-01-02T03:06:00Z", "actual_end": "2026-01-02T03:06:01Z",
+            "result": latency_result(300.0, 0.0)})),
+        upload(json!({"run_id": "b3", "agent": "a", "outcome": "completed",
+            "actual_start": "2026-01-02T03:07:00Z", "actual_end": "2026-01-02T03:07:01Z",
+            "result": latency_result(999.0, 0.0)})),
+        upload(json!({"run_id": "b4", "agent": "a", "outcome": "completed",
+            "actual_start": "2026-01-02T03:08:00Z", "actual_end": "2026-01-02T03:08:01Z"})),
+    ];
+    let outcomes = archive.ingest_batch(&batch).await.unwrap();
+    let answers: Vec<String> = outcomes
+        .iter()
+        .map(|outcome| match outcome {
+            Ok((Ingest::Stored(metrics), run)) => {
+                format!("stored {} ({} metrics)", run.id, metrics.len())
+            }
+            Ok((Ingest::Duplicate, run)) => format!("duplicate {}", run.id),
+            Err(refusal) => format!("refused: {refusal}"),
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            "duplicate b1",
+            "stored b2 (0 metrics)",
+            "stored b3 (5 metrics)",
+            "refused: run 'b4' belongs to client 'a', not to agent 'b'",
+            "duplicate b3",
+            "refused: upload for run 'b4' says completed but has no result document",
+        ]
+    );
+
+    let b1 = archive.stored_result("b1").await.unwrap().unwrap();
+    assert_eq!(
+        b1.result.as_ref(),
+        first.result.as_ref(),
+        "the document comes back as sent"
+    );
+    assert_eq!(b1.metrics.len(), 5, "a duplicate adds no metrics");
+    let b3 = archive.stored_result("b3").await.unwrap().unwrap();
+    assert_eq!(
+        (b3.metrics["rtt_median_us"], b3.metrics["loss_ratio"]),
+        (300.0, 0.25),
+        "the first upload of a run in a batch is the one stored"
+    );
+    let b2 = archive.stored_result("b2").await.unwrap().unwrap();
+    assert_eq!(
+        (b2.outcome.as_str(), b2.error.as_deref()),
+        ("failed", Some(reason))
+    );
+
+    let state = |id: &'static str| {
+        let archive = archive.clone();
+        async move {
+            let run = archive.run(id).await.unwrap().unwrap();
+            (
+                run.state,
+                run.actual_start_us,
+                run.actual_end_us,
+                run.reason,
+            )
+        }
+    };
+    assert_eq!(
+        state("b1").await,
+        (
+            RunState::Completed,
+            Some(1_767_323_045_000_001),
+            Some(1_767_323_046_000_000),
+            None
+        )
+    );
+    assert_eq!(
+        state("b2").await,
+        (
+            RunState::Failed,
+            Some(1_767_323_100_000_000),
+            Some(1_767_323_101_000_000),
+            Some(reason.to_string())
+        )
+    );
+    assert_eq!(state("b3").await.0, RunState::Completed);
+    assert_eq!(
+        state("b4").await.0,
+        RunState::Scheduled,
+        "a refused upload leaves its run as it was"
+    );
+    archive.close().await;
+}
+
+#[tokio::test]
+async fn batch_on_sqlite() {
+    batch_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn batch_on_postgres() {
+    batch_scenario(Kind::Postgres).await;
 }
 
 /// A server with agents a and b registered; its admin client and agent a's client.

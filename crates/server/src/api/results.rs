@@ -7,7 +7,7 @@ use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use vantage_model::control::{ResultAck, ResultUpload, Role};
+use vantage_model::control::{BatchAck, BatchItemAck, ResultAck, ResultUpload, Role};
 
 use super::common::{
     parse_body, parse_query, parse_time, ApiError, ApiResult, AppState, Caller, MAX_BATCH,
@@ -50,7 +50,7 @@ pub(super) async fn upload_batch(
     State(state): State<AppState>,
     caller: Caller,
     body: Bytes,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<BatchAck>> {
     caller.require(&[Role::Agent])?;
     let uploads: Vec<ResultUpload> = parse_body(&body)?;
     for upload in &uploads {
@@ -66,16 +66,21 @@ pub(super) async fn upload_batch(
         ));
     }
     let outcomes = state.ingest.ingest(&uploads).await?;
-    let mut acks = Vec::with_capacity(outcomes.len());
-    for (upload, outcome) in uploads.iter().zip(outcomes) {
-        acks.push(match outcome {
-            Ok((ingest, _)) => {
-                serde_json::json!({ "run_id": upload.run_id, "duplicate": ingest == Ingest::Duplicate })
-            }
-            Err(error) => serde_json::json!({ "run_id": upload.run_id, "error": error.to_string() }),
-        });
-    }
-    Ok(Json(serde_json::json!({ "results": acks })))
+    let results = uploads
+        .iter()
+        .zip(outcomes)
+        .map(|(upload, outcome)| match outcome {
+            Ok((ingest, _)) => BatchItemAck::Stored(ResultAck {
+                run_id: upload.run_id.clone(),
+                duplicate: ingest == Ingest::Duplicate,
+            }),
+            Err(error) => BatchItemAck::Refused {
+                run_id: upload.run_id.clone(),
+                error: error.to_string(),
+            },
+        })
+        .collect();
+    Ok(Json(BatchAck { results }))
 }
 
 /// A capture analysed elsewhere (`vantage pcap FILE --server`), stored as a completed
