@@ -79,6 +79,10 @@ test('the mesh grid shows each pair with the value and state the API gives', asy
     return text.includes(expected) ? text : null;
   }, { timeoutMs: 20000 });
   assert.match(described, /agent-2 → agent-1: (no result|[\d.]+ (µs|ms))/);
+  // A new result redraws the grid; the keyboard focus stays on the matrix.
+  await page.$eval('#grid-summary', (node) => { node.dataset.before = 'reload'; });
+  await waitFor('a live redraw of the grid', async () => (await page.$('#grid-summary[data-before]')) === null, { timeoutMs: 20000 });
+  assert.ok(await page.evaluate(() => document.activeElement?.matches('canvas.matrix')), 'the matrix keeps the focus');
   await page.keyboard.press('ArrowDown');
   assert.equal(await page.textContent('.details'), 'agent-2 (itself)');
   await page.keyboard.press('ArrowRight');

@@ -352,12 +352,18 @@ class Matrix {
     this.details.textContent = this.describe(row, column);
   }
 
+  // What a live reload keeps: taken before the old canvas leaves the page, which
+  // moves the keyboard focus to the body.
+  snapshot() {
+    return { focus: this.focus, current: this.current, focused: document.activeElement === this.canvas };
+  }
+
   // After a live reload: the same cell described, the focus where it was.
   restore(previous) {
     if (!previous) return;
     this.focus = previous.focus;
     if (previous.current) this.say(previous.current);
-    if (document.activeElement === previous.canvas) this.canvas.focus();
+    if (previous.focused) this.canvas.focus();
   }
 
   key(event) {
@@ -527,7 +533,7 @@ async function gridView() {
     const agent = order.map((name) => data.position.get(name));
     const cellOf = (row, column) => data.index(agent[row], agent[column]);
     const look = (i) => (i < 0 ? LOOKS.unknown : LOOKS[`${states[i]}${data.stale(i) ? ' stale' : ''}`]);
-    const previous = matrix?.labels.join('\n') === order.join('\n') ? matrix : null;
+    const previous = matrix?.labels.join('\n') === order.join('\n') ? matrix.snapshot() : null;
     matrix = new Matrix({
       labels: order,
       groups: boundaries,
