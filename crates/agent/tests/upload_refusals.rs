@@ -32,6 +32,17 @@ struct StandIn {
     batches: Mutex<Vec<usize>>,
 }
 
+impl StandIn {
+    fn accept(&self, run_id: &str) {
+        *self
+            .accepted
+            .lock()
+            .unwrap()
+            .entry(run_id.to_string())
+            .or_default() += 1;
+    }
+}
+
 /// Batches: a run whose id starts with "bad" is refused, the others stored.
 async fn upload_batch(
     State(stand_in): State<Arc<StandIn>>,
@@ -53,12 +64,7 @@ async fn upload_batch(
         if upload.run_id.starts_with("bad") {
             answers.push(json!({"run_id": upload.run_id, "error": format!("run '{}' does not exist", upload.run_id)}));
         } else {
-            *stand_in
-                .accepted
-                .lock()
-                .unwrap()
-                .entry(upload.run_id.clone())
-                .or_default() += 1;
+            stand_in.accept(&upload.run_id);
             answers.push(json!({"run_id": upload.run_id, "duplicate": false}));
         }
     }
@@ -81,12 +87,7 @@ async fn upload(
             );
         }
     }
-    *stand_in
-        .accepted
-        .lock()
-        .unwrap()
-        .entry(upload.run_id.clone())
-        .or_default() += 1;
+    stand_in.accept(&upload.run_id);
     (
         StatusCode::OK,
         Json(json!({"run_id": upload.run_id, "duplicate": false})),
@@ -223,13 +224,7 @@ async fn a_result_refused_as_invalid_is_parked_with_the_reason() {
     })
     .await;
     assert_eq!(accepted(&stand_in, "run-1"), 0);
-    let rejected = dir.path().join("spool").join("rejected");
-    let reasons: Vec<String> = std::fs::read_dir(&rejected)
-        .unwrap()
-        .flatten()
-        .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "reason"))
-        .map(|entry| std::fs::read_to_string(entry.path()).unwrap())
-        .collect();
+    let reasons = parked_reasons(&dir);
     assert_eq!(reasons.len(), 1);
     assert!(reasons[0].starts_with("422"), "{reasons:?}");
 }

@@ -1048,7 +1048,7 @@ impl Archive {
         // Check every upload first; the accepted ones are written together below.
         let mut steps = Vec::with_capacity(uploads.len());
         let mut accepted: Vec<Accepted> = Vec::new();
-        let mut first_of: HashMap<&str, usize> = HashMap::new();
+        let mut first_of: HashSet<&str> = HashSet::new();
         for upload in uploads {
             let Some(run) = runs.get(&upload.run_id) else {
                 steps.push(Step::Done(Box::new(Err(IngestRefusal::UnknownRun(
@@ -1065,13 +1065,13 @@ impl Archive {
                 continue;
             }
             // The same run twice in one batch: the first upload is the one stored.
-            if first_of.contains_key(upload.run_id.as_str()) {
+            if first_of.contains(upload.run_id.as_str()) {
                 steps.push(Step::Done(Box::new(Ok((Ingest::Duplicate, run.clone())))));
                 continue;
             }
             match Accepted::check(run, upload) {
                 Ok(candidate) => {
-                    first_of.insert(&upload.run_id, accepted.len());
+                    first_of.insert(&upload.run_id);
                     steps.push(Step::Accepted(accepted.len()));
                     accepted.push(candidate);
                 }
@@ -1091,7 +1091,7 @@ impl Archive {
                 )
                 .bind(&candidate.run.id)
                 .bind(candidate.start_us)
-                .bind(pcapng.clone())
+                .bind(pcapng.as_slice())
                 .execute(&mut *tx)
                 .await
                 .map_err(sql("storing a capture's packets"))?;
@@ -1130,7 +1130,7 @@ impl Archive {
         for chunk in row_chunks(uploads) {
             let text = format!(
                 "SELECT {RUN_COLUMNS} FROM runs WHERE id IN ({})",
-                value_rows(1, chunk.len())
+                placeholders(1, chunk.len())
             );
             let mut query = sqlx::query(&text);
             for upload in chunk {
@@ -1427,10 +1427,9 @@ impl Archive {
     ) -> Result<Vec<StoredResult>, ArchiveError> {
         // Bounded IN lists: one query per chunk of run ids.
         for chunk in results.chunks_mut(500) {
-            let placeholders: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
             let text = format!(
                 "SELECT run_id, name, value FROM result_metrics WHERE run_id IN ({})",
-                placeholders.join(", ")
+                placeholders(1, chunk.len())
             );
             let mut query = sqlx::query(&text);
             for result in chunk.iter() {
@@ -2130,16 +2129,19 @@ fn row_chunks<T>(rows: &[T]) -> Vec<&[T]> {
     chunks
 }
 
+/// `count` placeholders numbered from `$first`: `$1, $2, $3`.
+fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|n| format!("${n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `rows` parenthesised rows of `columns` placeholders each, numbered from `$1`:
 /// `($1, $2), ($3, $4)`.
 fn value_rows(columns: usize, rows: usize) -> String {
     (0..rows)
-        .map(|row| {
-            let placeholders: Vec<String> = (1..=columns)
-                .map(|column| format!("${}", row * columns + column))
-                .collect();
-            format!("({})", placeholders.join(", "))
-        })
+        .map(|row| format!("({})", placeholders(row * columns + 1, columns)))
         .collect::<Vec<_>>()
         .join(", ")
 }
