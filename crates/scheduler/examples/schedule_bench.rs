@@ -247,6 +247,12 @@ fn main() -> ExitCode {
         println!(
             "  planned runs one at a time {serial_hours:.1} h (the serial round-robin of Chard et al., FGCS 2015)"
         );
+        if let Some(overload) = &campaign.overload {
+            println!(
+                "  campaign sampled         {}",
+                overload.describe(&campaign.task)
+            );
+        }
         let longest = campaigns.iter().map(|c| c.rounds).max().unwrap_or(0);
         println!(
             "  campaigns                {} (most rounds in one: {longest})",

@@ -36,5 +36,5 @@ mod verify;
 pub use claims::{agent_resource, segment_resource, target_resource, Claim, ClaimMode};
 pub use ondemand::{place_request, OnDemandRequest, Placement, RequestOutcome, ON_DEMAND_TASK};
 pub use plan::{plan, PlanWindow};
-pub use types::{AgentInfo, CampaignSummary, NonStart, Plan, PlannedRun};
+pub use types::{AgentInfo, CampaignOverload, CampaignSummary, NonStart, Plan, PlannedRun};
 pub use verify::{find_overlaps, Occupancy, Overlap};

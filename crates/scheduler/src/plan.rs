@@ -14,7 +14,7 @@ use crate::claims::{agent_resource, segment_resource, target_resource, Claim, Cl
 use crate::rounds;
 use crate::time::{from_ms, to_ms, to_ms_ceil};
 use crate::timeline::{Blocker, ResourceId, Timeline};
-use crate::types::{AgentInfo, CampaignSummary, NonStart, Plan, PlannedRun};
+use crate::types::{AgentInfo, CampaignOverload, CampaignSummary, NonStart, Plan, PlannedRun};
 
 /// Occurrences whose nominal start lies in `[start, end)` are planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -570,6 +570,8 @@ struct TaskPlan<'c> {
     task: &'c Task,
     test: &'c TestDef,
     rounds: Vec<Vec<(usize, usize)>>,
+    /// For an exclusive task whose campaign cannot fit its period.
+    overload: Option<CampaignOverload>,
 }
 
 /// Plans every occurrence of every enabled task whose nominal start lies in
@@ -613,7 +615,15 @@ pub fn plan(
             Participants::Pair => planner.rounds(&group.members, task.directions),
             Participants::Alone => planner.each_agent(&group.members),
         };
-        task_plans.push(TaskPlan { task, test, rounds });
+        let overload = (test.scheduling == SchedulingClass::Exclusive)
+            .then(|| campaign_overload(&planner, task, test, &rounds))
+            .flatten();
+        task_plans.push(TaskPlan {
+            task,
+            test,
+            rounds,
+            overload,
+        });
     }
 
     // One job per task occurrence; exclusive tasks place a whole campaign per job.
@@ -745,6 +755,71 @@ fn place_single(
     }
 }
 
+/// Whether an exclusive task's campaign fits its period, estimated before placing
+/// it: the runs claiming one resource (an agent, a segment) run one after another,
+/// each holding it for its reservation plus the round gap, and must all lie in the
+/// period less the slip. When the busiest resource's runs do not, the campaign is
+/// sampled: each occurrence runs one round in `cycle`, the smallest cycle whose
+/// share of the busiest resource's runs fits. Said once here rather than as one
+/// non-start per run that falls off the end of every period.
+fn campaign_overload(
+    planner: &Planner<'_>,
+    task: &Task,
+    test: &TestDef,
+    rounds: &[Vec<(usize, usize)>],
+) -> Option<CampaignOverload> {
+    let duration = reserve_ms(test);
+    let gap_ms = duration_ms(task.round_gap);
+    let period_ms = duration_ms(task.every);
+    let available_ms = period_ms - duration_ms(task.slip);
+    let mut runs_per_resource: HashMap<ResourceId, usize> = HashMap::new();
+    for &(from, to) in rounds.iter().flatten() {
+        if let Ok(orientation) = planner.orient(from, to, test) {
+            for (resource, _) in
+                planner.claims(orientation.client, orientation.server, test.scheduling)
+            {
+                *runs_per_resource.entry(resource).or_default() += 1;
+            }
+        }
+    }
+    // Most runs first; the first interned resource among equals, for determinism.
+    let (busiest_runs, Reverse(busiest)) = runs_per_resource
+        .iter()
+        .map(|(&resource, &runs)| (runs, Reverse(resource)))
+        .max()?;
+    let back_to_back = |runs: usize| runs as i64 * (duration + gap_ms) - gap_ms;
+    let needed_ms = back_to_back(busiest_runs);
+    if needed_ms <= available_ms {
+        return None;
+    }
+    let runs_that_fit = usize::try_from((available_ms + gap_ms) / (duration + gap_ms)).ok()?;
+    if runs_that_fit == 0 || rounds.len() < 2 {
+        // Not even one run fits after the slip: the runs' own non-starts say why.
+        return None;
+    }
+    let cycle = busiest_runs.div_ceil(runs_that_fit).min(rounds.len());
+    let agents_of = |rounds: &mut dyn Iterator<Item = &Vec<(usize, usize)>>| {
+        rounds
+            .flatten()
+            .flat_map(|&(from, to)| [from, to])
+            .collect::<HashSet<usize>>()
+            .len()
+    };
+    let every_agent = agents_of(&mut rounds.iter());
+    let every_agent_each_time = (0..cycle)
+        .all(|residue| agents_of(&mut rounds.iter().skip(residue).step_by(cycle)) == every_agent);
+    Some(CampaignOverload {
+        busiest: planner.timeline.name(busiest).to_string(),
+        busiest_runs,
+        needed_ms,
+        period_ms,
+        available_ms,
+        rounds_total: rounds.len(),
+        cycle: u32::try_from(cycle).unwrap_or(u32::MAX),
+        every_agent_each_time,
+    })
+}
+
 /// One occurrence of an exclusive task. Runs are placed in round order, each
 /// at the earliest conflict-free time after every resource it claims (both
 /// agents, crossed segments) finished its previous run of the campaign plus
@@ -779,10 +854,16 @@ fn place_campaign(
     // Round order, but runs that cross a segment last: they queue on the
     // segment, and agents waiting for them would otherwise hold up their runs
     // that cross nothing. Without segments this is plain round order.
+    // A campaign that cannot fit runs one round in `cycle`, a different share each occurrence.
+    let cycle = task_plan
+        .overload
+        .as_ref()
+        .map_or(1, |overload| i64::from(overload.cycle));
     let mut order: Vec<(usize, usize, usize)> = task_plan
         .rounds
         .iter()
         .enumerate()
+        .filter(|&(round_index, _)| round_index as i64 % cycle == occurrence.rem_euclid(cycle))
         .flat_map(|(round_index, round)| {
             round.iter().map(move |&(from, to)| (round_index, from, to))
         })
@@ -870,6 +951,7 @@ fn place_campaign(
     }
     let flows: Vec<(usize, usize)> = task_plan.rounds.iter().flatten().copied().collect();
     CampaignSummary {
+        overload: task_plan.overload.clone(),
         task: task.name.clone(),
         occurrence,
         agents: participants.len(),

@@ -108,6 +108,76 @@ pub struct CampaignSummary {
     pub start: DateTime<Utc>,
     /// End of the last planned run (`start` when none was planned).
     pub end: DateTime<Utc>,
+    /// Set when the campaign cannot fit its period: only some rounds run per occurrence.
+    pub overload: Option<CampaignOverload>,
+}
+
+/// Why an exclusive campaign does not fit its period, and the sample that does.
+///
+/// The estimate is a lower bound on the campaign's length: the runs that claim
+/// one resource (an agent, a segment) can only run one after another, each
+/// holding it for its reservation plus the task's round gap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CampaignOverload {
+    /// The resource with the most campaign runs (`agent:NAME`, `segment:NAME`).
+    pub busiest: String,
+    /// Runs of the campaign that claim it.
+    pub busiest_runs: usize,
+    /// Those runs back to back: each reservation plus the round gap between them.
+    pub needed_ms: i64,
+    /// The task's period.
+    pub period_ms: i64,
+    /// What the period leaves for them: the period less the task's slip.
+    pub available_ms: i64,
+    /// Rounds of the full packing (2(N−1) for a full mesh of even N in both directions).
+    pub rounds_total: usize,
+    /// Each occurrence runs the rounds whose index ≡ the occurrence (mod `cycle`),
+    /// so every pair is measured once every `cycle` occurrences.
+    pub cycle: u32,
+    /// Whether every agent of the campaign takes part in every occurrence
+    /// (true of a full mesh: each round-robin round holds every agent).
+    pub every_agent_each_time: bool,
+}
+
+impl CampaignOverload {
+    /// One sentence for the operator: the numbers, what runs instead, and the
+    /// period that would fit the whole campaign.
+    pub fn describe(&self, task: &str) -> String {
+        let hours = |ms: i64| ms as f64 / 3_600_000.0;
+        let rounds_run = self.rounds_total.div_ceil(self.cycle as usize);
+        let period_s = u64::try_from(self.period_ms / 1000).unwrap_or(0);
+        format!(
+            "task '{task}' does not fit its period: {} takes part in {} of its runs, {:.2} h back to back, \
+             but the {} period leaves {:.2} h after its slip. Each occurrence runs 1 round in {} \
+             (about {rounds_run} of {} rounds), so {}every pair is measured once every {} periods; \
+             to measure every pair each time, set every = \"{}\" (or use fewer agents, a shorter test or round gap)",
+            self.busiest,
+            self.busiest_runs,
+            hours(self.needed_ms),
+            humantime_secs(period_s),
+            hours(self.available_ms),
+            self.cycle,
+            self.rounds_total,
+            if self.every_agent_each_time {
+                "every agent takes part in every occurrence and "
+            } else {
+                ""
+            },
+            self.cycle,
+            humantime_secs(period_s * u64::from(self.cycle)),
+        )
+    }
+}
+
+/// A whole number of seconds as the configuration writes durations (`3h`, `90m`, `45s`).
+fn humantime_secs(seconds: u64) -> String {
+    if seconds > 0 && seconds % 3600 == 0 {
+        format!("{}h", seconds / 3600)
+    } else if seconds > 0 && seconds % 60 == 0 {
+        format!("{}m", seconds / 60)
+    } else {
+        format!("{seconds}s")
+    }
 }
 
 /// The outcome of one planning call.

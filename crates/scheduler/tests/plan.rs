@@ -588,25 +588,116 @@ fn plan_latency_mesh(fleet: &[AgentInfo]) -> vantage_scheduler::Plan {
 }
 
 #[test]
-fn a_campaign_longer_than_its_period_reports_the_rounds_that_do_not_fit() {
+fn a_campaign_longer_than_its_period_runs_one_round_in_a_cycle_and_says_so() {
     let text = MESH_THROUGHPUT.replace("every = \"1h\"", "every = \"60s\"");
-    let plan = plan(
-        &config(&text),
-        &agents(&["a", "b", "c", "d"]),
-        window(0, 60),
-        &[],
-        0,
+    let fleet = agents(&["a", "b", "c", "d"]);
+    // Two occurrences (nominal at 0 s and 60 s).
+    let plan = plan(&config(&text), &fleet, window(0, 120), &[], 0);
+    // Each agent takes part in 6 runs of 11 s (3 rounds per direction): 66 s, more
+    // than the 60 s period; 5 fit, so each occurrence runs one round in two.
+    assert!(plan.non_starts.is_empty(), "{:?}", plan.non_starts);
+    assert_eq!(plan.campaigns.len(), 2);
+    let overload = plan.campaigns[0].overload.clone().expect("overloaded");
+    assert_eq!(
+        (overload.busiest.as_str(), overload.busiest_runs),
+        ("agent:a", 6)
     );
-    // 6 rounds of 11 s: the sixth would start at 55 s and end after the next occurrence.
-    assert_eq!(plan.runs.len(), 10);
-    assert_eq!(plan.non_starts.len(), 2);
-    for non_start in &plan.non_starts {
+    assert_eq!(
+        (overload.needed_ms, overload.available_ms),
+        (66_000, 60_000)
+    );
+    assert_eq!((overload.rounds_total, overload.cycle), (6, 2));
+    assert!(overload.every_agent_each_time);
+    assert_eq!(
+        overload.describe("tp-mesh"),
+        "task 'tp-mesh' does not fit its period: agent:a takes part in 6 of its runs, 0.02 h back to back, \
+         but the 1m period leaves 0.02 h after its slip. Each occurrence runs 1 round in 2 \
+         (about 3 of 6 rounds), so every agent takes part in every occurrence and every pair is measured once every 2 periods; \
+         to measure every pair each time, set every = \"2m\" (or use fewer agents, a shorter test or round gap)"
+    );
+    // Every directed pair exactly once over the cycle, each occurrence within its period.
+    let mut pairs = BTreeSet::new();
+    for run in &plan.runs {
         assert!(
-            non_start
-                .reason
-                .starts_with("campaign round 5 does not fit in the period"),
+            pairs.insert((run.client.clone(), run.server.clone())),
             "{}",
-            non_start.reason
+            run.run_id
+        );
+        let nominal_s = if run
+            .run_id
+            .ends_with(&format!("/{}", at(0).timestamp() / 60))
+        {
+            0
+        } else {
+            60
+        };
+        assert!(
+            run.start >= at(nominal_s) && run.end <= at(nominal_s + 60),
+            "{run:?}"
+        );
+    }
+    assert_eq!(pairs.len(), 12);
+    for campaign in &plan.campaigns {
+        assert_eq!(
+            (campaign.agents, campaign.runs_planned, campaign.rounds),
+            (4, 6, 3)
+        );
+    }
+    assert!(overlaps(&plan.runs).is_empty());
+}
+
+#[test]
+fn a_campaign_run_pushed_past_its_period_by_other_runs_is_a_non_start_with_the_reason() {
+    // Agent a is held for the first 29 s by a run of another task.
+    let hold = config(
+        r#"
+[[groups]]
+name = "pair"
+kind = "list"
+pairs = [["a", "x"]]
+
+[[tests]]
+name = "long"
+type = "throughput"
+spec = { duration = "28s" }
+
+[[tasks]]
+name = "hold"
+test = "long"
+group = "pair"
+every = "60s"
+directions = "one"
+"#,
+    );
+    let mut fleet = agents(&["a", "b", "c", "d"]);
+    let held = plan(&hold, &agents(&["a", "x"]), window(0, 60), &[], 0).runs;
+    assert_eq!((held[0].start, held[0].end), (at(0), at(29)));
+    let text = MESH_THROUGHPUT.replace("every = \"1h\"", "every = \"60s\"\ndirections = \"one\"");
+    fleet.push(agent("x", true, &[]));
+    let plan = plan(&config(&text), &fleet[..4], window(0, 60), &held, 0);
+    // Three rounds of 11 s fit the period on their own, so nothing is sampled; but
+    // a's runs start at 29 s and 40 s, and its partners' next runs wait for them.
+    assert!(plan.campaigns[0].overload.is_none());
+    // a's partners wait for it in turn: a>b and c>d of round 2 would start at 51 s.
+    assert_eq!(plan.runs.len(), 4);
+    let reasons: Vec<(&str, &str)> = plan
+        .non_starts
+        .iter()
+        .map(|non_start| (non_start.run_id.as_str(), non_start.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    for (run_id, reason) in reasons {
+        let held = if run_id.starts_with("tp-mesh/a>b/") {
+            "b"
+        } else {
+            "d"
+        };
+        assert_eq!(
+            reason,
+            format!(
+                "campaign round 2 does not fit in the period: agent:{held} is busy with earlier runs of this campaign until {}, too late to end before the next occurrence",
+                at(51).to_rfc3339()
+            )
         );
     }
     assert!(plan.runs.iter().all(|run| run.end <= at(60)));

@@ -173,8 +173,8 @@ directions = "{}"
         }
     }
 
-    /// Run ids the configuration asks for, derived independently of the planner.
-    fn expected_run_ids(&self) -> BTreeSet<String> {
+    /// Run ids the configuration asks for in `window`, derived independently of the planner.
+    fn expected_run_ids(&self, window: PlanWindow) -> BTreeSet<String> {
         let names: Vec<String> = (0..self.agents.len()).map(|i| format!("a{i}")).collect();
         let mut sorted = names.clone();
         sorted.sort();
@@ -209,7 +209,6 @@ directions = "{}"
                 .collect();
             throughput_flows.extend(reversed);
         }
-        let window = self.window();
         let occurrences = |every_s: i64| {
             let (start, end) = (window.start.timestamp(), window.end.timestamp());
             (start.div_euclid(every_s)..=end.div_euclid(every_s))
@@ -258,8 +257,52 @@ proptest! {
         for id in plan.runs.iter().map(|r| &r.run_id).chain(plan.non_starts.iter().map(|n| &n.run_id)) {
             prop_assert!(seen.insert(id.clone()), "{} appears twice", id);
         }
-        prop_assert_eq!(seen, scenario.expected_run_ids());
+        // A campaign that cannot fit its period runs a sample of its rounds (checked
+        // over whole cycles below); every other occurrence asks for all its runs.
+        let sampled: BTreeSet<String> = plan
+            .campaigns
+            .iter()
+            .filter(|campaign| campaign.overload.is_some())
+            .map(|campaign| format!("/{}", campaign.occurrence))
+            .collect();
+        let of_sampled = |id: &String| id.starts_with("tp/") && sampled.iter().any(|suffix| id.ends_with(suffix.as_str()));
+        let expected = scenario.expected_run_ids(scenario.window());
+        let (seen_sampled, seen_rest): (BTreeSet<String>, BTreeSet<String>) = seen.into_iter().partition(of_sampled);
+        let (expected_sampled, expected_rest): (BTreeSet<String>, BTreeSet<String>) = expected.into_iter().partition(of_sampled);
+        prop_assert_eq!(seen_rest, expected_rest);
+        prop_assert!(seen_sampled.is_subset(&expected_sampled), "{:?}", seen_sampled.difference(&expected_sampled).next());
         prop_assert!(plan.non_starts.iter().all(|n| !n.reason.is_empty()));
+    }
+
+    #[test]
+    fn a_campaign_measures_every_pair_once_per_cycle(scenario in scenario()) {
+        // Whole occurrences of the throughput task from the window's start on: one
+        // when its campaign fits the period, `cycle` when it runs a sample.
+        let every_s = scenario.throughput_every_s as i64;
+        let first = scenario.window().start.timestamp().div_euclid(every_s) + 1;
+        let occurrences = |count: i64| PlanWindow {
+            start: DateTime::from_timestamp(first * every_s, 0).unwrap(),
+            end: DateTime::from_timestamp((first + count) * every_s, 0).unwrap(),
+        };
+        let (config, fleet) = (scenario.config(), scenario.fleet());
+        let one = plan(&config, &fleet, occurrences(1), &[], scenario.seed);
+        let cycle = one.campaigns.first().and_then(|c| c.overload.as_ref()).map_or(1, |o| i64::from(o.cycle));
+        let whole = plan(&config, &fleet, occurrences(cycle), &[], scenario.seed);
+        let mut flows = BTreeSet::new();
+        for id in whole.runs.iter().map(|r| &r.run_id).chain(whole.non_starts.iter().map(|n| &n.run_id)) {
+            if let Some(flow) = id.strip_prefix("tp/") {
+                let flow = flow.rsplit_once('/').unwrap().0.to_string();
+                prop_assert!(flows.insert(flow.clone()), "{} measured twice in a cycle of {}", flow, cycle);
+            }
+        }
+        let expected: BTreeSet<String> = scenario
+            .expected_run_ids(occurrences(1))
+            .iter()
+            .filter_map(|id| id.strip_prefix("tp/"))
+            .map(|flow| flow.rsplit_once('/').unwrap().0.to_string())
+            .collect();
+        prop_assert_eq!(flows, expected);
+        prop_assert!(whole.campaigns.iter().all(|c| c.overload.as_ref().map_or(1, |o| i64::from(o.cycle)) == cycle));
     }
 
     #[test]

@@ -18,8 +18,8 @@ use vantage_model::config::{validate, MeasurementConfig, TestConfig, TestDef, Va
 use vantage_model::control::RunRequest;
 use vantage_model::kinds::KindRef;
 use vantage_scheduler::{
-    place_request, plan, AgentInfo, ClaimMode, NonStart, OnDemandRequest, PlanWindow, PlannedRun,
-    RequestOutcome,
+    place_request, plan, AgentInfo, CampaignOverload, ClaimMode, NonStart, OnDemandRequest,
+    PlanWindow, PlannedRun, RequestOutcome,
 };
 
 use crate::archive::{from_us, now_us, to_us, ArchiveError, RunRecord, RunState};
@@ -269,6 +269,31 @@ async fn run_alert(
     crate::alerts::raise(&state.archive, &state.events, alert).await
 }
 
+/// Says once per configuration and agent set (not every occurrence) that a task's
+/// campaign does not fit its period and what runs instead.
+async fn overload_alert(
+    state: &ServerState,
+    task: &str,
+    overload: &CampaignOverload,
+    basis: i64,
+) -> Result<(), ArchiveError> {
+    let mark = format!("overload:{task}");
+    if state.archive.planner_mark(&mark).await? == Some(basis) {
+        return Ok(());
+    }
+    let message = overload.describe(task);
+    tracing::warn!("{message}");
+    let alert = Alert {
+        severity: "warning".into(),
+        message,
+        agents: Vec::new(),
+        tags: Default::default(),
+        time: Utc::now(),
+    };
+    crate::alerts::raise(&state.archive, &state.events, alert).await?;
+    state.archive.set_planner_mark(&mark, basis).await
+}
+
 /// Plans the configured tasks from where the last pass stopped up to `now + horizon`.
 async fn plan_window(
     state: &ServerState,
@@ -312,6 +337,11 @@ async fn plan_window(
         end: from_us(end_us),
     };
     let planned = plan(config, agents, window, &existing, *version as u64);
+    for campaign in &planned.campaigns {
+        if let Some(overload) = &campaign.overload {
+            overload_alert(state, &campaign.task, overload, basis).await?;
+        }
+    }
     let type_of = |test_name: &str| {
         config
             .test(test_name)

@@ -1333,32 +1333,51 @@ async fn runs_fetched_during_a_replan_are_kept_on_postgres() {
     fetch_during_replan_scenario(Kind::Postgres).await;
 }
 
-/// A pass places runs beyond its window's end (here the last occurrences, whose
-/// reservation outlasts the window); a run an agent already holds there must be in its way
-/// even though it starts after the window.
-async fn runs_after_the_window_scenario(kind: Kind) {
-    let db = TestDb::new(kind, "beyond").await;
+/// An archive and server state (without HTTP) for driving the planner's ticks, with
+/// `agents` registered, reachable on loopback and accepting inbound tests.
+async fn planner_scenario(
+    kind: Kind,
+    db_name: &str,
+    agents: &[&str],
+) -> (
+    TestDb,
+    vantage_server::archive::Archive,
+    std::sync::Arc<vantage_server::state::ServerState>,
+) {
+    let db = TestDb::new(kind, db_name).await;
     let archive = vantage_server::archive::Archive::open(&db.url)
         .await
         .unwrap();
     let state = vantage_server::state::ServerState::new(archive.clone(), Default::default())
         .await
         .unwrap();
-    for name in ["m1", "m2"] {
-        archive
-            .register_agent(&vantage_model::control::AgentRegistration {
-                name: name.into(),
-                addresses: vec!["127.0.0.1".into()],
-                endpoint_port: 9,
-                iperf3_port: None,
-                tags: Default::default(),
-                capabilities: Vec::new(),
-                accepts_inbound: true,
-                version: None,
-            })
-            .await
-            .unwrap();
+    for name in agents {
+        register_agent(&archive, name).await;
     }
+    (db, archive, state)
+}
+
+async fn register_agent(archive: &vantage_server::archive::Archive, name: &str) {
+    archive
+        .register_agent(&vantage_model::control::AgentRegistration {
+            name: name.into(),
+            addresses: vec!["127.0.0.1".into()],
+            endpoint_port: 9,
+            iperf3_port: None,
+            tags: Default::default(),
+            capabilities: Vec::new(),
+            accepts_inbound: true,
+            version: None,
+        })
+        .await
+        .unwrap();
+}
+
+/// A pass places runs beyond its window's end (here the last occurrences, whose
+/// reservation outlasts the window); a run an agent already holds there must be in its way
+/// even though it starts after the window.
+async fn runs_after_the_window_scenario(kind: Kind) {
+    let (_db, archive, state) = planner_scenario(kind, "beyond", &["m1", "m2"]).await;
     // The window about to be planned is [now + 2 s, now + 20 s). One occurrence falls
     // 0.5 s before its end and reserves 4 s (1 s probe, 2 s timeout, 1 s setup guard),
     // without slip; a run the agents already hold starts 0.5 s after the window's end.
@@ -1423,6 +1442,91 @@ async fn runs_placed_after_the_window_are_respected_on_sqlite() {
 #[tokio::test]
 async fn runs_placed_after_the_window_are_respected_on_postgres() {
     runs_after_the_window_scenario(Kind::Postgres).await;
+}
+
+/// A throughput mesh that cannot fit its period is sampled and said once: no run
+/// falls off the end of a period as a non-start, and one alert gives the numbers
+/// however many occurrences and ticks follow, until the configuration changes.
+async fn overload_scenario(kind: Kind) {
+    let (_db, archive, state) = planner_scenario(kind, "overload", &["m1", "m2", "m3", "m4"]).await;
+    // Each agent takes part in 6 runs (3 rounds per direction) of 10 s + 1 s guard:
+    // 66 s, more than the 60 s period.
+    let tasks = |every: &str| {
+        json!({
+            "groups": [{"name": "all", "kind": "mesh", "members": ["*"]}],
+            "tests": [{"name": "bulk", "type": "throughput", "spec": {"duration": "10s"}}],
+            "tasks": [{"name": "tp", "test": "bulk", "group": "all", "every": every}]
+        })
+    };
+    vantage_server::config_store::apply(&archive, &tasks("60s"))
+        .await
+        .unwrap();
+    let overload_alerts = || async {
+        archive
+            .alerts(&vantage_server::archive::AlertFilter {
+                agent: None,
+                severity: None,
+                from_us: None,
+                to_us: None,
+                limit: 100,
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|stored| stored.alert.message.contains("does not fit its period"))
+            .map(|stored| stored.alert.message)
+            .collect::<Vec<String>>()
+    };
+    // One replica's ticks (each default names a new replica, which the lease would refuse).
+    let replica = PlannerOptions::default();
+    // Two or three occurrences in the first tick, two more in the second.
+    for horizon_s in [150, 270] {
+        let options = PlannerOptions {
+            horizon: Duration::from_secs(horizon_s),
+            ..replica.clone()
+        };
+        assert!(vantage_server::planner::tick(&state, &options)
+            .await
+            .unwrap());
+    }
+    let runs = archive.runs_between(0, i64::MAX).await.unwrap();
+    assert!(
+        runs.iter().all(|run| run.state == RunState::Scheduled),
+        "{:#?}",
+        runs.iter().find(|run| run.state != RunState::Scheduled)
+    );
+    // 6 of the 12 directed runs per occurrence, 4 or 5 occurrences.
+    assert!((24..=30).contains(&runs.len()), "{}", runs.len());
+    assert_eq!(
+        overload_alerts().await,
+        vec!["task 'tp' does not fit its period: agent:m1 takes part in 6 of its runs, 0.02 h back to back, \
+              but the 1m period leaves 0.02 h after its slip. Each occurrence runs 1 round in 2 \
+              (about 3 of 6 rounds), so every agent takes part in every occurrence and every pair is measured once every 2 periods; \
+              to measure every pair each time, set every = \"2m\" (or use fewer agents, a shorter test or round gap)"
+            .to_string()]
+    );
+    // At the suggested period the whole campaign fits: nothing more is said.
+    vantage_server::config_store::apply(&archive, &tasks("2m"))
+        .await
+        .unwrap();
+    let options = PlannerOptions {
+        horizon: Duration::from_secs(400),
+        ..replica
+    };
+    assert!(vantage_server::planner::tick(&state, &options)
+        .await
+        .unwrap());
+    assert_eq!(overload_alerts().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_campaign_that_cannot_fit_is_sampled_and_said_once_on_sqlite() {
+    overload_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_campaign_that_cannot_fit_is_sampled_and_said_once_on_postgres() {
+    overload_scenario(Kind::Postgres).await;
 }
 
 /// Tokens expire and can be revoked: an expired token is refused with its expiry, a
