@@ -615,14 +615,11 @@ pub fn plan(
             Participants::Pair => planner.rounds(&group.members, task.directions),
             Participants::Alone => planner.each_agent(&group.members),
         };
-        let overload = (test.scheduling == SchedulingClass::Exclusive)
-            .then(|| campaign_overload(&planner, task, test, &rounds))
-            .flatten();
         task_plans.push(TaskPlan {
             task,
             test,
             rounds,
-            overload,
+            overload: None,
         });
     }
 
@@ -647,6 +644,19 @@ pub fn plan(
         }
     }
     jobs.sort();
+    // Only campaigns due in this window are estimated, once each: a replanning tick
+    // without one does not walk every pair of every exclusive mesh.
+    let due_campaigns: BTreeSet<usize> = jobs
+        .iter()
+        .map(|&(_, _, _, plan_index, _)| plan_index)
+        .filter(|&plan_index| task_plans[plan_index].test.scheduling == SchedulingClass::Exclusive)
+        .collect();
+    for plan_index in due_campaigns {
+        let task_plan = &task_plans[plan_index];
+        let overload =
+            campaign_overload(&planner, task_plan.task, task_plan.test, &task_plan.rounds);
+        task_plans[plan_index].overload = overload;
+    }
 
     let mut campaigns = Vec::new();
     let mut single_runs = Vec::new();
@@ -798,16 +808,15 @@ fn campaign_overload(
         return None;
     }
     let cycle = busiest_runs.div_ceil(runs_that_fit).min(rounds.len());
-    let agents_of = |rounds: &mut dyn Iterator<Item = &Vec<(usize, usize)>>| {
+    fn agents_in<'r>(rounds: impl Iterator<Item = &'r Vec<(usize, usize)>>) -> HashSet<usize> {
         rounds
             .flatten()
             .flat_map(|&(from, to)| [from, to])
-            .collect::<HashSet<usize>>()
-            .len()
-    };
-    let every_agent = agents_of(&mut rounds.iter());
+            .collect()
+    }
+    let every_agent = agents_in(rounds.iter());
     let every_agent_each_time = (0..cycle)
-        .all(|residue| agents_of(&mut rounds.iter().skip(residue).step_by(cycle)) == every_agent);
+        .all(|residue| agents_in(rounds.iter().skip(residue).step_by(cycle)) == every_agent);
     Some(CampaignOverload {
         busiest: planner.timeline.name(busiest).to_string(),
         busiest_runs,
@@ -851,14 +860,14 @@ fn place_campaign(
     let mut last_end_ms = start_ms;
     let mut participants = BTreeSet::new();
     let mut rounds_used = BTreeSet::new();
-    // Round order, but runs that cross a segment last: they queue on the
-    // segment, and agents waiting for them would otherwise hold up their runs
-    // that cross nothing. Without segments this is plain round order.
     // A campaign that cannot fit runs one round in `cycle`, a different share each occurrence.
     let cycle = task_plan
         .overload
         .as_ref()
         .map_or(1, |overload| i64::from(overload.cycle));
+    // Round order, but runs that cross a segment last: they queue on the
+    // segment, and agents waiting for them would otherwise hold up their runs
+    // that cross nothing. Without segments this is plain round order.
     let mut order: Vec<(usize, usize, usize)> = task_plan
         .rounds
         .iter()

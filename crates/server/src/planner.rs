@@ -253,16 +253,26 @@ async fn run_alert(
     test: &str,
     what: &str,
 ) -> Result<(), ArchiveError> {
+    let message = format!(
+        "run {} ({test} {} -> {}) {what}: {}",
+        run.id,
+        run.client,
+        run.server,
+        run.reason.as_deref().unwrap_or_default()
+    );
+    raise_warning(state, message, vec![run.client.clone(), run.server.clone()]).await
+}
+
+/// Raises a planner's warning about `agents` (none when it is about a task).
+async fn raise_warning(
+    state: &ServerState,
+    message: String,
+    agents: Vec<String>,
+) -> Result<(), ArchiveError> {
     let alert = Alert {
         severity: "warning".into(),
-        message: format!(
-            "run {} ({test} {} -> {}) {what}: {}",
-            run.id,
-            run.client,
-            run.server,
-            run.reason.as_deref().unwrap_or_default()
-        ),
-        agents: vec![run.client.clone(), run.server.clone()],
+        message,
+        agents,
         tags: Default::default(),
         time: Utc::now(),
     };
@@ -283,14 +293,7 @@ async fn overload_alert(
     }
     let message = overload.describe(task);
     tracing::warn!("{message}");
-    let alert = Alert {
-        severity: "warning".into(),
-        message,
-        agents: Vec::new(),
-        tags: Default::default(),
-        time: Utc::now(),
-    };
-    crate::alerts::raise(&state.archive, &state.events, alert).await?;
+    raise_warning(state, message, Vec::new()).await?;
     state.archive.set_planner_mark(&mark, basis).await
 }
 
