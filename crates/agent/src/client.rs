@@ -1,6 +1,9 @@
-//! HTTP client of the server's agent API (docs/api.md). The agent always connects out.
+//! HTTP client of the server's agent API (docs/api.md). The agent always connects out,
+//! to one server or to any of several replicas sharing one database.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -22,10 +25,14 @@ pub enum CallError {
     Refused { status: u16, message: String },
 }
 
+/// Clones share which replica answers: when one call fails over, every task follows.
 #[derive(Clone)]
 pub struct ServerClient {
     http: reqwest::Client,
-    base: String,
+    /// The server's URLs, as given: replicas of one server (one database).
+    bases: Arc<[String]>,
+    /// Index in `bases` of the replica that answered last; every call starts there.
+    current: Arc<AtomicUsize>,
     token: String,
 }
 
@@ -56,20 +63,79 @@ pub fn http_client(ca_cert: Option<&Path>) -> anyhow::Result<reqwest::Client> {
 }
 
 impl ServerClient {
+    /// A client of the server at `base_urls`: one URL, or several replicas sharing one
+    /// database, tried in order.
     pub fn new(
-        base_url: &str,
+        base_urls: &[String],
         token: &str,
         ca_cert: Option<&Path>,
     ) -> anyhow::Result<ServerClient> {
-        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            anyhow::bail!("--server '{base_url}' must start with http:// or https://");
+        if base_urls.is_empty() {
+            anyhow::bail!("no --server given");
+        }
+        for base_url in base_urls {
+            if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+                anyhow::bail!("--server '{base_url}' must start with http:// or https://");
+            }
         }
         let http = http_client(ca_cert)?;
         Ok(ServerClient {
             http,
-            base: base_url.trim_end_matches('/').to_string(),
+            bases: base_urls
+                .iter()
+                .map(|base_url| base_url.trim_end_matches('/').to_string())
+                .collect(),
+            current: Arc::new(AtomicUsize::new(0)),
             token: token.to_string(),
         })
+    }
+
+    /// Sends the request `build` makes for a server URL to the replica that answered
+    /// last and, while replicas are unreachable or failing (refused or reset
+    /// connections, timeouts, 5xx), to the next ones in turn: replicas share one
+    /// database, so any of them can answer, and every agent call is idempotent. The
+    /// replica that answers is used from then on. A refusal (4xx) is an answer.
+    /// `build` is told whether an earlier replica failed this call (its answer, lost,
+    /// may have changed state).
+    async fn call<T: DeserializeOwned>(
+        &self,
+        build: impl Fn(&reqwest::Client, &str, bool) -> reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<T, CallError> {
+        let first = self.current.load(Ordering::Relaxed) % self.bases.len();
+        let mut failures = Vec::new();
+        for step in 0..self.bases.len() {
+            let index = (first + step) % self.bases.len();
+            let base = &self.bases[index];
+            match self
+                .send(build(&self.http, base, !failures.is_empty()), timeout)
+                .await
+            {
+                Err(CallError::Transient(error)) => failures.push((base, error)),
+                answer => {
+                    if index != first
+                        && self
+                            .current
+                            .compare_exchange(first, index, Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        tracing::warn!(
+                            "server {} unreachable or failing; using {base} from now on",
+                            self.bases[first]
+                        );
+                    }
+                    return answer;
+                }
+            }
+        }
+        Err(CallError::Transient(match failures.as_slice() {
+            [(_, error)] => error.clone(),
+            _ => failures
+                .iter()
+                .map(|(base, error)| format!("{base}: {error}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        }))
     }
 
     async fn send<T: DeserializeOwned>(
@@ -112,23 +178,28 @@ impl ServerClient {
         &self,
         registration: &AgentRegistration,
     ) -> Result<RegistrationAck, CallError> {
-        let request = self
-            .http
-            .post(format!("{}/api/v1/agents", self.base))
-            .json(registration);
-        self.send::<RegistrationAck>(request, Duration::from_secs(10))
-            .await
+        self.call(
+            |http, base, _| {
+                http.post(format!("{base}/api/v1/agents"))
+                    .json(registration)
+            },
+            Duration::from_secs(10),
+        )
+        .await
     }
 
     pub async fn heartbeat(&self, name: &str) -> Result<HeartbeatAck, CallError> {
-        let request = self
-            .http
-            .post(format!("{}/api/v1/agents/{name}/heartbeat", self.base));
-        self.send(request, Duration::from_secs(10)).await
+        self.call(
+            |http, base, _| http.post(format!("{base}/api/v1/agents/{name}/heartbeat")),
+            Duration::from_secs(10),
+        )
+        .await
     }
 
     /// Long-polls for runs starting within `horizon` not fetched before (with
-    /// `include_dispatched`, also those fetched before, as after a restart).
+    /// `include_dispatched`, also those fetched before, as after a restart; and so
+    /// from the next replica when one failed, which may have handed runs out in an
+    /// answer that never arrived).
     pub async fn fetch_runs(
         &self,
         name: &str,
@@ -136,13 +207,18 @@ impl ServerClient {
         horizon: Duration,
         include_dispatched: bool,
     ) -> Result<Vec<AssignedRun>, CallError> {
-        let request = self.http.get(format!(
-            "{}/api/v1/agents/{name}/runs?wait_s={}&horizon_s={}&include_dispatched={include_dispatched}",
-            self.base,
-            wait.as_secs(),
-            horizon.as_secs()
-        ));
-        let runs: AssignedRuns = self.send(request, wait + Duration::from_secs(10)).await?;
+        let (wait_s, horizon_s) = (wait.as_secs(), horizon.as_secs());
+        let runs: AssignedRuns = self
+            .call(
+                |http, base, failed_over| {
+                    let include_dispatched = include_dispatched || failed_over;
+                    http.get(format!(
+                        "{base}/api/v1/agents/{name}/runs?wait_s={wait_s}&horizon_s={horizon_s}&include_dispatched={include_dispatched}"
+                    ))
+                },
+                wait + Duration::from_secs(10),
+            )
+            .await?;
         Ok(runs.runs)
     }
 
@@ -155,12 +231,16 @@ impl ServerClient {
         wait: Duration,
     ) -> Result<TransferAssignments, CallError> {
         let since = version.map_or(String::new(), |version| format!("&version={version}"));
-        let request = self.http.get(format!(
-            "{}/api/v1/agents/{name}/transfers?wait_s={}{since}",
-            self.base,
-            wait.as_secs()
-        ));
-        self.send(request, wait + Duration::from_secs(10)).await
+        let wait_s = wait.as_secs();
+        self.call(
+            |http, base, _| {
+                http.get(format!(
+                    "{base}/api/v1/agents/{name}/transfers?wait_s={wait_s}{since}"
+                ))
+            },
+            wait + Duration::from_secs(10),
+        )
+        .await
     }
 
     pub async fn report_transfer(
@@ -169,30 +249,35 @@ impl ServerClient {
         id: &str,
         progress: &TransferProgress,
     ) -> Result<TransferRecord, CallError> {
-        let request = self
-            .http
-            .post(format!(
-                "{}/api/v1/agents/{name}/transfers/{id}/progress",
-                self.base
-            ))
-            .json(progress);
-        self.send(request, Duration::from_secs(10)).await
+        self.call(
+            |http, base, _| {
+                http.post(format!(
+                    "{base}/api/v1/agents/{name}/transfers/{id}/progress"
+                ))
+                .json(progress)
+            },
+            Duration::from_secs(10),
+        )
+        .await
     }
 
     /// Uploads several results in one request; the answer has one element per upload.
     pub async fn upload_batch(&self, uploads: &[ResultUpload]) -> Result<BatchAck, CallError> {
-        let request = self
-            .http
-            .post(format!("{}/api/v1/results/batch", self.base))
-            .json(uploads);
-        self.send(request, Duration::from_secs(60)).await
+        self.call(
+            |http, base, _| {
+                http.post(format!("{base}/api/v1/results/batch"))
+                    .json(uploads)
+            },
+            Duration::from_secs(60),
+        )
+        .await
     }
 
     pub async fn upload(&self, upload: &ResultUpload) -> Result<ResultAck, CallError> {
-        let request = self
-            .http
-            .post(format!("{}/api/v1/results", self.base))
-            .json(upload);
-        self.send(request, Duration::from_secs(30)).await
+        self.call(
+            |http, base, _| http.post(format!("{base}/api/v1/results")).json(upload),
+            Duration::from_secs(30),
+        )
+        .await
     }
 }

@@ -33,7 +33,9 @@ use crate::spool::{Spool, SpoolQuota};
 
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
-    pub server_url: String,
+    /// The server's URL, or several: replicas sharing one database, the first that
+    /// answers used and the next ones in turn when it stops answering.
+    pub server_urls: Vec<String>,
     /// PEM CA certificate(s) trusted for an https:// server besides the system's roots.
     pub ca_cert: Option<PathBuf>,
     pub token: String,
@@ -69,7 +71,7 @@ pub struct AgentOptions {
 impl AgentOptions {
     pub fn new(server_url: &str, token: &str, name: &str, spool_dir: PathBuf) -> AgentOptions {
         AgentOptions {
-            server_url: server_url.to_string(),
+            server_urls: vec![server_url.to_string()],
             ca_cert: None,
             token: token.to_string(),
             name: name.to_string(),
@@ -158,7 +160,7 @@ fn refusal_is_retried(status: u16) -> bool {
 pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let spool = Spool::open_with_quota(&options.spool_dir, options.spool_quota)?;
     let client = ServerClient::new(
-        &options.server_url,
+        &options.server_urls,
         &options.token,
         options.ca_cert.as_deref(),
     )?;
@@ -185,11 +187,10 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
     } else if let Some(ip) = options.endpoint_listen.filter(|ip| !ip.is_unspecified()) {
         vec![ip.to_string()]
     } else {
-        let ip = route_source(&options.server_url).ok_or_else(|| {
-            anyhow::anyhow!(
-                "cannot tell which local address reaches {}; pass --advertise",
-                options.server_url
-            )
+        // Replicas of one server are reached the same way: the first one's route.
+        let first = &options.server_urls[0];
+        let ip = route_source(first).ok_or_else(|| {
+            anyhow::anyhow!("cannot tell which local address reaches {first}; pass --advertise")
         })?;
         vec![ip.to_string()]
     };

@@ -10,9 +10,11 @@ use vantage_agent::AgentOptions;
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// Server URL, e.g. http://server:8470 or https://server:8470.
-    #[arg(long)]
-    pub server: String,
+    /// Server URL, e.g. http://server:8470 or https://server:8470. Repeat it for
+    /// replicas sharing one database: the agent uses the first that answers and fails
+    /// over to the next when it stops answering.
+    #[arg(long = "server", value_name = "URL", required = true)]
+    pub servers: Vec<String>,
     /// CA certificate(s) (PEM) to trust for an https:// server, e.g. a private CA's.
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
@@ -81,7 +83,8 @@ fn parse_tag(text: &str) -> Result<(String, String), String> {
 
 pub fn run(args: AgentArgs) -> ExitCode {
     crate::daemon::init_logging();
-    let mut options = AgentOptions::new(&args.server, &args.token, &args.name, args.spool);
+    let mut options = AgentOptions::new(&args.servers[0], &args.token, &args.name, args.spool);
+    options.server_urls = args.servers;
     options.ca_cert = args.ca_cert;
     options.tags = args.tags.into_iter().collect::<BTreeMap<_, _>>();
     options.accepts_inbound = !args.no_inbound;

@@ -5,7 +5,8 @@
 //! every completed result exactly once, every run must have a result or a recorded
 //! reason, and the spools must be empty. Against SQLite and PostgreSQL, and once more
 //! on a PostgreSQL cluster of the test's own that crashes (immediate shutdown) and
-//! restarts while the mesh runs.
+//! restarts while the mesh runs. And with two replicas of the server on one PostgreSQL
+//! database, one killed with SIGKILL for good while the agents, given both, measure.
 
 #[path = "../../server/tests/common/mod.rs"]
 mod common;
@@ -99,11 +100,13 @@ fn start_server(database_url: &str, listen: &str, dir: &Path, generation: u32) -
     )
 }
 
-fn agent_args<'a>(url: &'a str, token: &'a str, name: &'a str, spool: &'a str) -> Vec<&'a str> {
-    vec![
-        "agent",
-        "--server",
-        url,
+/// `vantage agent` of the server at `urls` (replicas of one server when several).
+fn agent_args<'a>(urls: &[&'a str], token: &'a str, name: &'a str, spool: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["agent"];
+    for url in urls {
+        args.extend(["--server", url]);
+    }
+    args.extend([
         "--token",
         token,
         "--name",
@@ -116,13 +119,14 @@ fn agent_args<'a>(url: &'a str, token: &'a str, name: &'a str, spool: &'a str) -
         "mesh=yes",
         "--spool",
         spool,
-    ]
+    ]);
+    args
 }
 
-fn start_agent(url: &str, token: &str, name: &str, dir: &Path, generation: u32) -> Proc {
+fn start_agent(urls: &[&str], token: &str, name: &str, dir: &Path, generation: u32) -> Proc {
     let spool = dir.join(format!("spool-{name}"));
     Proc::spawn(
-        &agent_args(url, token, name, spool.to_str().unwrap()),
+        &agent_args(urls, token, name, spool.to_str().unwrap()),
         &dir.join(format!("agent-{name}-{generation}.log")),
     )
 }
@@ -207,72 +211,34 @@ async fn get(client: &reqwest::Client, url: &str, token: &str) -> serde_json::Va
     response.json().await.unwrap()
 }
 
-/// The mesh with its faults on the database at `database_url`; `crashing`, when given,
-/// is that database's own cluster, crashed and restarted after the server's restart.
-async fn faults_scenario(database_url: &str, crashing: Option<&OwnPostgres>) {
-    let dir = tempfile::tempdir().unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let url = format!("http://{listen}");
-    let http = reqwest::Client::new();
+/// The mesh the fault tests measure: latency every 3 s, throughput every 15 s.
+fn mesh_config() -> serde_json::Value {
+    json!({
+        "groups": [{"name": "all", "kind": "mesh", "members": ["mesh=yes"]}],
+        "tests": [
+            {"name": "rtt", "type": "latency", "spec": {"count": 10, "interval": "50ms", "timeout": "300ms"}},
+            {"name": "bulk", "type": "throughput", "spec": {"duration": "1s"}}
+        ],
+        "tasks": [
+            {"name": "lat", "test": "rtt", "group": "all", "every": "3s", "slip": "1s"},
+            {"name": "tput", "test": "bulk", "group": "all", "every": "15s", "directions": "one"}
+        ]
+    })
+}
 
-    let mut server = start_server(database_url, &listen, dir.path(), 0);
-    wait_until_up(&http, &url).await;
-    let names = ["f1", "f2", "f3"];
-    let mut tokens = Vec::new();
-    for name in names {
-        tokens.push(agent_token(&http, &url, name).await);
-    }
-    let mut agents: Vec<Proc> = names
-        .iter()
-        .zip(&tokens)
-        .map(|(name, token)| start_agent(&url, token, name, dir.path(), 0))
-        .collect();
-
-    apply_config(
-        &url,
-        dir.path(),
-        json!({
-            "groups": [{"name": "all", "kind": "mesh", "members": ["mesh=yes"]}],
-            "tests": [
-                {"name": "rtt", "type": "latency", "spec": {"count": 10, "interval": "50ms", "timeout": "300ms"}},
-                {"name": "bulk", "type": "throughput", "spec": {"duration": "1s"}}
-            ],
-            "tasks": [
-                {"name": "lat", "test": "rtt", "group": "all", "every": "3s", "slip": "1s"},
-                {"name": "tput", "test": "bulk", "group": "all", "every": "15s", "directions": "one"}
-            ]
-        }),
-    );
-
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    // SIGKILL an agent (its 0.5 s latency runs make "mid-run" likely) and restart it.
-    agents[0].kill_hard();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    agents[0] = start_agent(&url, &tokens[0], names[0], dir.path(), 1);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    // Kill the server and leave it down for a while; agents keep measuring prefetched
-    // runs and spool.
-    server.kill_hard();
-    let outage_start = chrono::Utc::now();
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let outage_end = chrono::Utc::now();
-    server = start_server(database_url, &listen, dir.path(), 1);
-    wait_until_up(&http, &url).await;
-    if let Some(cluster) = crashing {
-        // The database goes away under a running server: connections drop, uploads
-        // and planning fail until it is back.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        cluster.crash_and_restart(Duration::from_secs(4));
-    }
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let window_end = chrono::Utc::now();
-
-    // Settle: runs of the window finish, spools drain (bounded).
+/// Waits (bounded) until the runs planned before `window_end` have ended and the
+/// agents' spools hold none of their results; returns those runs and every result.
+async fn settle(
+    http: &reqwest::Client,
+    url: &str,
+    dir: &Path,
+    names: &[&str],
+    window_end: chrono::DateTime<chrono::Utc>,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
     let deadline = Instant::now() + Duration::from_secs(45);
-    let (runs, results) = loop {
+    loop {
         let runs = get(
-            &http,
+            http,
             &format!(
                 "{url}/api/v1/runs?to={}",
                 window_end.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
@@ -285,28 +251,34 @@ async fn faults_scenario(database_url: &str, crashing: Option<&OwnPostgres>) {
         let window_ids: HashSet<&str> = runs.iter().filter_map(|run| run["id"].as_str()).collect();
         let spooled = names
             .iter()
-            .flat_map(|name| spooled_runs(&dir.path().join(format!("spool-{name}"))))
+            .flat_map(|name| spooled_runs(&dir.join(format!("spool-{name}"))))
             .filter(|run_id| window_ids.contains(run_id.as_str()))
             .count();
         if (open == 0 && spooled == 0) || Instant::now() > deadline {
-            let results = get(&http, &format!("{url}/api/v1/results?limit=100000"), ADMIN).await;
-            break (runs, results["results"].as_array().unwrap().clone());
+            let results = get(http, &format!("{url}/api/v1/results?limit=100000"), ADMIN).await;
+            return (runs, results["results"].as_array().unwrap().clone());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    for agent in &mut agents {
-        agent.stop();
     }
-    server.stop();
-    assert!(started.elapsed() < Duration::from_secs(120));
+}
 
-    let logs = || log_tails(dir.path());
+/// What no fault may cause: every run of the window ended, with a reason unless it
+/// completed; every result stored once; every completed run with its result; no result
+/// of the window left in a spool (runs planned after it may be: the agents were stopped
+/// while measuring).
+fn assert_nothing_lost(
+    runs: &[serde_json::Value],
+    results: &[serde_json::Value],
+    dir: &Path,
+    names: &[&str],
+) {
+    let logs = || log_tails(dir);
     assert!(
         runs.len() >= 20,
         "the window planned many runs: {}",
         runs.len()
     );
-    for run in &runs {
+    for run in runs {
         let state = run["state"].as_str().unwrap();
         assert!(!is_open(run), "run left open: {run}\n{}", logs());
         if state != "completed" {
@@ -333,6 +305,75 @@ async fn faults_scenario(database_url: &str, crashing: Option<&OwnPostgres>) {
             "completed run without result: {run}"
         );
     }
+    let window_ids: HashSet<&str> = runs.iter().filter_map(|run| run["id"].as_str()).collect();
+    for name in names {
+        let stuck: Vec<String> = spooled_runs(&dir.join(format!("spool-{name}")))
+            .into_iter()
+            .filter(|run_id| window_ids.contains(run_id.as_str()))
+            .collect();
+        assert!(
+            stuck.is_empty(),
+            "{name} still spools results of the window: {stuck:?}"
+        );
+    }
+}
+
+/// The mesh with its faults on the database at `database_url`; `crashing`, when given,
+/// is that database's own cluster, crashed and restarted after the server's restart.
+async fn faults_scenario(database_url: &str, crashing: Option<&OwnPostgres>) {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let url = format!("http://{listen}");
+    let http = reqwest::Client::new();
+
+    let mut server = start_server(database_url, &listen, dir.path(), 0);
+    wait_until_up(&http, &url).await;
+    let names = ["f1", "f2", "f3"];
+    let mut tokens = Vec::new();
+    for name in names {
+        tokens.push(agent_token(&http, &url, name).await);
+    }
+    let mut agents: Vec<Proc> = names
+        .iter()
+        .zip(&tokens)
+        .map(|(name, token)| start_agent(&[&url], token, name, dir.path(), 0))
+        .collect();
+
+    apply_config(&url, dir.path(), mesh_config());
+
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    // SIGKILL an agent (its 0.5 s latency runs make "mid-run" likely) and restart it.
+    agents[0].kill_hard();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    agents[0] = start_agent(&[&url], &tokens[0], names[0], dir.path(), 1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Kill the server and leave it down for a while; agents keep measuring prefetched
+    // runs and spool.
+    server.kill_hard();
+    let outage_start = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let outage_end = chrono::Utc::now();
+    server = start_server(database_url, &listen, dir.path(), 1);
+    wait_until_up(&http, &url).await;
+    if let Some(cluster) = crashing {
+        // The database goes away under a running server: connections drop, uploads
+        // and planning fail until it is back.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        cluster.crash_and_restart(Duration::from_secs(4));
+    }
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let window_end = chrono::Utc::now();
+
+    let (runs, results) = settle(&http, &url, dir.path(), &names, window_end).await;
+    for agent in &mut agents {
+        agent.stop();
+    }
+    server.stop();
+    assert!(started.elapsed() < Duration::from_secs(120));
+
+    assert_nothing_lost(&runs, &results, dir.path(), &names);
+    let logs = || log_tails(dir.path());
     // Results measured while the server was down reached the archive afterwards.
     let during_outage = results
         .iter()
@@ -348,20 +389,91 @@ async fn faults_scenario(database_url: &str, crashing: Option<&OwnPostgres>) {
         logs()
     );
     assert!(
-        completed.iter().any(|run| run["client"] == "f1"),
+        runs.iter()
+            .any(|run| run["state"] == "completed" && run["client"] == "f1"),
         "the restarted agent measured"
     );
-    // Nothing of the window is left in a spool (runs planned after it may be: the
-    // agents were stopped while measuring).
-    let window_ids: HashSet<&str> = runs.iter().filter_map(|run| run["id"].as_str()).collect();
+}
+
+/// Two replicas of one server on one PostgreSQL database, and three agents given both
+/// URLs. The replica they talk to (the first) is killed with SIGKILL mid-mesh and stays
+/// down: the agents fail over to the second, which takes over planning when the first's
+/// lease expires. Nothing is lost or stored twice, and every agent takes part in runs
+/// that start after everything the first replica planned (its 20 s horizon).
+#[tokio::test]
+async fn a_replica_killed_mid_mesh_its_agents_fail_over_on_postgres() {
+    let db = TestDb::new(Kind::Postgres, "replicas").await;
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let listens = [0, 1].map(|_| format!("127.0.0.1:{}", free_port()));
+    let urls = listens.each_ref().map(|listen| format!("http://{listen}"));
+    // One after the other: the first creates the schema.
+    let mut first = start_server(&db.url, &listens[0], dir.path(), 0);
+    wait_until_up(&http, &urls[0]).await;
+    let mut second = start_server(&db.url, &listens[1], dir.path(), 1);
+    wait_until_up(&http, &urls[1]).await;
+    let names = ["r1", "r2", "r3"];
+    let mut agents = Vec::new();
     for name in names {
-        let stuck: Vec<String> = spooled_runs(&dir.path().join(format!("spool-{name}")))
-            .into_iter()
-            .filter(|run_id| window_ids.contains(run_id.as_str()))
+        let token = agent_token(&http, &urls[0], name).await;
+        agents.push(start_agent(
+            &[&urls[0], &urls[1]],
+            &token,
+            name,
+            dir.path(),
+            0,
+        ));
+    }
+    apply_config(&urls[0], dir.path(), mesh_config());
+
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    first.kill_hard();
+    let killed = chrono::Utc::now();
+    // Past everything the first replica planned (20 s ahead), and some more.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let window_end = chrono::Utc::now();
+
+    let (runs, results) = settle(&http, &urls[1], dir.path(), &names, window_end).await;
+    for agent in &mut agents {
+        agent.stop();
+    }
+    second.stop();
+
+    assert_nothing_lost(&runs, &results, dir.path(), &names);
+    let logs = || log_tails(dir.path());
+    let planned_by_second = killed + chrono::Duration::seconds(22);
+    let takes_part =
+        |run: &serde_json::Value, name: &str| run["client"] == name || run["server"] == name;
+    for name in names {
+        let measured_after = results
+            .iter()
+            .filter(|result| {
+                let start: chrono::DateTime<chrono::Utc> =
+                    result["start_time"].as_str().unwrap().parse().unwrap();
+                takes_part(result, name)
+                    && result["outcome"] == "completed"
+                    && start > planned_by_second
+            })
+            .count();
+        let runs_after: Vec<String> = runs
+            .iter()
+            .filter(|run| {
+                takes_part(run, name)
+                    && run["planned_start_us"]
+                        .as_i64()
+                        .is_some_and(|start_us| start_us > planned_by_second.timestamp_micros())
+            })
+            .map(|run| format!("{} {} {}", run["id"], run["state"], run["reason"]))
             .collect();
         assert!(
-            stuck.is_empty(),
-            "{name} still spools results of the window: {stuck:?}"
+            measured_after > 0,
+            "{name} took part in nothing the second replica planned; its runs then: {runs_after:#?}\n{}",
+            logs()
+        );
+        let log = std::fs::read_to_string(dir.path().join(format!("agent-{name}-0.log"))).unwrap();
+        assert!(
+            log.contains(&format!("using {} from now on", urls[1])),
+            "{name} did not say it failed over:\n{log}"
         );
     }
 }
@@ -410,10 +522,10 @@ async fn a_full_spool_disk_loses_no_result_even_while_the_server_is_down() {
         .arg(r#"mount -t tmpfs -o size=256k vantage-test-spool "$1" && shift && exec "$@""#)
         .args(["sh", &spool])
         .arg(vantage_bin())
-        .args(agent_args(&url, &token, "d1", &spool));
+        .args(agent_args(&[&url], &token, "d1", &spool));
     let mut full_agent = Proc::spawn_command(command, &dir.path().join("agent-d1-0.log"));
     let token = agent_token(&http, &url, "d2").await;
-    let mut other_agent = start_agent(&url, &token, "d2", dir.path(), 0);
+    let mut other_agent = start_agent(&[&url], &token, "d2", dir.path(), 0);
     let deadline = Instant::now() + Duration::from_secs(30);
     while get(&http, &format!("{url}/api/v1/agents"), ADMIN).await["agents"]
         .as_array()
