@@ -148,7 +148,7 @@ fn print_status(status: &LabStatus) {
                 ("reverse", &counters.reverse),
             ] {
                 println!(
-                    "    {label} counters: received {} forwarded {} lost {} (burst {}) queue-drops {} rate-drops {} overrun {} dup {} corrupt {} reorder {} released-late {} (worst {} µs) offloaded {} cpu-drops {} cpu-busy {} ms",
+                    "    {label} counters: received {} forwarded {} lost {} (burst {}) queue-drops {} rate-drops {} overrun {} dup {} corrupt {} reorder {} released-late {} (worst {} µs, mean {} µs) offloaded {} cpu-drops {} cpu-busy {} ms",
                     c.received,
                     c.forwarded,
                     c.dropped_random_loss,
@@ -161,6 +161,7 @@ fn print_status(status: &LabStatus) {
                     c.reordered,
                     c.released_late,
                     c.max_release_lateness_us,
+                    c.release_lateness_us.checked_div(c.forwarded).unwrap_or(0),
                     c.offloaded_frames,
                     c.dropped_cpu_backlog,
                     c.cpu_busy_us / 1_000

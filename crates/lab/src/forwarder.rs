@@ -82,6 +82,11 @@ pub struct DirectionCounters {
     /// The latest any frame was written after its release time, in µs.
     #[serde(default)]
     pub max_release_lateness_us: u64,
+    /// How late packets were written after their release times, summed over every forwarded
+    /// packet, in µs: over `forwarded` it is the mean delay the machine added to the configured
+    /// one, the emulator's own error in what it delivered.
+    #[serde(default)]
+    pub release_lateness_us: u64,
     /// Frames that carried several packets (segmentation offload, see docs/lab.md): the
     /// other counters count packets.
     #[serde(default)]
@@ -113,6 +118,7 @@ struct AtomicCounters {
     reordered: AtomicU64,
     released_late: AtomicU64,
     max_release_lateness_us: AtomicU64,
+    release_lateness_ns: AtomicU64,
     offloaded_frames: AtomicU64,
     dropped_cpu_backlog: AtomicU64,
     cpu_busy_ns: AtomicU64,
@@ -135,6 +141,7 @@ impl AtomicCounters {
             reordered: get(&self.reordered),
             released_late: get(&self.released_late),
             max_release_lateness_us: get(&self.max_release_lateness_us),
+            release_lateness_us: get(&self.release_lateness_ns) / 1_000,
             offloaded_frames: get(&self.offloaded_frames),
             dropped_cpu_backlog: get(&self.dropped_cpu_backlog),
             cpu_busy_us: get(&self.cpu_busy_ns) / 1_000,
@@ -603,6 +610,21 @@ fn send_frames(tx: RawFd, frames: &[(&[u8], u64)], counters: &AtomicCounters) {
     }
 }
 
+/// How much later than the send lead assumed the packets of one batch reached the next hop,
+/// summed over the packets: the write runs the next hop's receive for each frame in turn, so a
+/// packet that is `k` of `n` in the batch arrives about `took_ns · k / n` after the write began.
+fn batch_transit_beyond_lead_ns(frames: &[(&[u8], u64)], took_ns: u64, lead_ns: u64) -> u64 {
+    let total: u64 = frames.iter().map(|(_, segments)| segments).sum();
+    let mut before = 0;
+    let mut late_ns = 0;
+    for (_, segments) in frames {
+        before += segments;
+        let transit_ns = took_ns * before / total.max(1);
+        late_ns += transit_ns.saturating_sub(lead_ns) * segments;
+    }
+    late_ns
+}
+
 /// The CPU of a link's CPU-bound forwarding host ([`CpuCost`]): one server for both directions,
 /// packets served in arrival order.
 #[derive(Default)]
@@ -671,20 +693,29 @@ impl Direction {
             counters
                 .max_release_lateness_us
                 .fetch_max(lateness_ns / 1_000, Ordering::Relaxed);
+            counters
+                .release_lateness_ns
+                .fetch_add(lateness_ns * held.segments, Ordering::Relaxed);
         }
         let frames: Vec<(&[u8], u64)> = self
             .queue
             .range(..due)
             .map(|held| (held.frame.as_slice(), held.segments))
             .collect();
-        // Only a lone frame's write is timed ([`SendLead`]): batches pay no extra clock reads.
-        let writing_ns = (due == 1).then(monotonic_ns);
+        let writing_ns = monotonic_ns();
         send_frames(self.tx.as_raw_fd(), &frames, counters);
-        if let Some(writing_ns) = writing_ns {
-            self.send_lead.observe(monotonic_ns() - writing_ns);
+        let took_ns = monotonic_ns() - writing_ns;
+        if due == 1 {
+            // Only lone frames set the lead ([`SendLead`]): a batch's write is longer.
+            self.send_lead.observe(took_ns);
             counters
                 .send_lead_ns
                 .store(self.send_lead.mean_ns, Ordering::Relaxed);
+        } else {
+            let late_ns = batch_transit_beyond_lead_ns(&frames, took_ns, self.send_lead.mean_ns);
+            counters
+                .release_lateness_ns
+                .fetch_add(late_ns, Ordering::Relaxed);
         }
         for held in self.queue.drain(..due) {
             self.queued_segments -= held.segments;
@@ -794,6 +825,9 @@ impl Direction {
                         // Due already with nothing ahead of it (no delay, or a reordered
                         // packet overtaking the queue): written with this batch.
                         if release_ns <= read_ns && (reordered || self.queue.is_empty()) {
+                            counters
+                                .release_lateness_ns
+                                .fetch_add((read_ns - release_ns) * segments, Ordering::Relaxed);
                             immediate.push((frame, segments));
                             continue;
                         }
@@ -1130,6 +1164,23 @@ mod tests {
         assert_eq!(ring_slots(14), 2336);
         assert_eq!(ring_slots(36), 896);
         assert_eq!(ring_slots(1000), MIN_RING_SLOTS);
+    }
+
+    #[test]
+    fn a_batch_counts_each_packets_transit_beyond_the_lead() {
+        let frame: &[u8] = &[0u8; 64];
+        // Four lone packets written in 400 ns reach the next hop at 100, 200, 300, 400 ns;
+        // beyond a 100 ns lead: 0 + 100 + 200 + 300.
+        let lone = [(frame, 1), (frame, 1), (frame, 1), (frame, 1)];
+        assert_eq!(batch_transit_beyond_lead_ns(&lone, 400, 100), 600);
+        // Two frames of two packets each: at 200 and 400 ns, each packet counted.
+        let offloaded = [(frame, 2), (frame, 2)];
+        assert_eq!(
+            batch_transit_beyond_lead_ns(&offloaded, 400, 100),
+            2 * 100 + 2 * 300
+        );
+        // A write faster than the lead adds nothing.
+        assert_eq!(batch_transit_beyond_lead_ns(&lone, 80, 100), 0);
     }
 
     #[test]
