@@ -412,6 +412,9 @@ async fn a_replica_killed_mid_mesh_its_agents_fail_over_on_postgres() {
     wait_until_up(&http, &urls[0]).await;
     let mut second = start_server(&db.url, &listens[1], dir.path(), 1);
     wait_until_up(&http, &urls[1]).await;
+    // A subscriber of the replica that survives: it must see every result, those the
+    // other stored before it was killed too, each once.
+    let subscription = subscribe_results(&http, &urls[1]).await;
     let names = ["r1", "r2", "r3"];
     let mut agents = Vec::new();
     for name in names {
@@ -437,10 +440,38 @@ async fn a_replica_killed_mid_mesh_its_agents_fail_over_on_postgres() {
     for agent in &mut agents {
         agent.stop();
     }
+    // Every result stored by either replica, and what the subscriber was told: each
+    // result's event is published before its upload is answered, so nothing is to come.
+    let all_results = get(
+        &http,
+        &format!("{}/api/v1/results?limit=100000", urls[1]),
+        ADMIN,
+    )
+    .await;
+    let mut stored: Vec<String> = all_results["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|result| result["run_id"].as_str().unwrap().to_string())
+        .collect();
+    stored.sort_unstable();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let told = loop {
+        let mut told = subscription.lock().unwrap().clone();
+        told.sort_unstable();
+        if told == stored || Instant::now() > deadline {
+            break told;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     second.stop();
 
     assert_nothing_lost(&runs, &results, dir.path(), &names);
     let logs = || log_tails(dir.path());
+    assert_eq!(
+        told, stored,
+        "the surviving replica's subscriber saw every stored result once"
+    );
     let planned_by_second = killed + chrono::Duration::seconds(22);
     let takes_part =
         |run: &serde_json::Value, name: &str| run["client"] == name || run["server"] == name;
@@ -476,6 +507,39 @@ async fn a_replica_killed_mid_mesh_its_agents_fail_over_on_postgres() {
             "{name} did not say it failed over:\n{log}"
         );
     }
+}
+
+/// Subscribes to `url`'s result events: the run ids they carried so far, in arrival order.
+async fn subscribe_results(
+    http: &reqwest::Client,
+    url: &str,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let mut stream = http
+        .get(format!("{url}/api/v1/subscribe?kinds=result"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let into = std::sync::Arc::clone(&told);
+    tokio::spawn(async move {
+        let mut pending = String::new();
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            pending.push_str(&String::from_utf8_lossy(&chunk));
+            // Whole events only: one may straddle chunks.
+            while let Some(end) = pending.find("\n\n") {
+                let event: String = pending.drain(..end + 2).collect();
+                let run_id = event
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("data: "))
+                    .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
+                    .find_map(|data| Some(data["run_id"].as_str()?.to_string()));
+                into.lock().unwrap().extend(run_id);
+            }
+        }
+    });
+    told
 }
 
 /// Run ids of the results waiting in an agent's spool.

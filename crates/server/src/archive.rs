@@ -7,9 +7,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
@@ -17,6 +18,8 @@ use vantage_model::control::{AgentRegistration, AppMetric, ResultUpload, Role, R
 use vantage_model::sla::SlaVerdict;
 use vantage_model::ticket::TicketSigner;
 use vantage_scheduler::Claim;
+
+use crate::notices::{stored_payloads, Channels};
 
 /// Why an archive operation failed; the message names the operation.
 #[derive(Debug, thiserror::Error)]
@@ -190,7 +193,7 @@ fn summary_metrics(test: &str, result: &serde_json::Value) -> BTreeMap<String, f
 }
 
 /// A stored result with its indexed metrics and (optionally) the raw document.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredResult {
     pub run_id: String,
     pub test: String,
@@ -363,6 +366,17 @@ pub struct Archive {
     /// Where write transactions run: on SQLite one connection of its own (see
     /// [`Archive::write_transaction`]), on PostgreSQL the pool itself.
     writer: AnyPool,
+    /// On PostgreSQL, how replicas sharing the database reach each other (see
+    /// [`crate::notices`]): the URL a listener connects to and this archive's channels.
+    replicas: Option<Arc<Replicas>>,
+}
+
+/// What an archive on PostgreSQL needs to tell other replicas what it stored.
+pub struct Replicas {
+    pub url: String,
+    pub channels: Channels,
+    /// This archive's name in its notices, so that it ignores its own.
+    pub origin: String,
 }
 
 impl Archive {
@@ -420,11 +434,36 @@ impl Archive {
                 .map_err(sql("connecting"))?,
             Backend::Postgres => pool.clone(),
         };
+        let replicas = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => {
+                let schema: String = sqlx::query_scalar("SELECT current_schema()::text")
+                    .fetch_one(&pool)
+                    .await
+                    .map_err(sql("reading the schema"))?;
+                Some(Arc::new(Replicas {
+                    url: url.clone(),
+                    channels: Channels::for_schema(&schema),
+                    origin: crate::new_token()[..16].to_string(),
+                }))
+            }
+        };
         Ok(Archive {
             pool,
             backend,
             writer,
+            replicas,
         })
+    }
+
+    /// On PostgreSQL, how this archive reaches the other replicas sharing its database.
+    pub fn replicas(&self) -> Option<&Arc<Replicas>> {
+        self.replicas.as_ref()
+    }
+
+    /// Tells the other replicas an event (a [`crate::notices`] payload) on `channel`.
+    pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), ArchiveError> {
+        notify_on(&self.pool, channel, payload).await
     }
 
     /// Starts a transaction that will write. On SQLite it runs on the writer's own
@@ -1099,6 +1138,14 @@ impl Archive {
         }
         self.insert_metrics(&mut tx, &new).await?;
         self.complete_runs(&mut tx, &new).await?;
+        if let Some(replicas) = &self.replicas {
+            // Inside the transaction: PostgreSQL delivers it on commit, so the other
+            // replicas hear of exactly the results that were stored.
+            let run_ids: Vec<&str> = new.iter().map(|c| c.run.id.as_str()).collect();
+            for payload in stored_payloads(&replicas.origin, &run_ids) {
+                notify_on(&mut *tx, &replicas.channels.stored, &payload).await?;
+            }
+        }
         tx.commit().await.map_err(sql("ingesting results"))?;
 
         Ok(steps
@@ -1297,6 +1344,36 @@ impl Archive {
             .map(|row| result_from_row(row, filter.include_raw))
             .collect::<Result<Vec<_>, _>>()?;
         self.with_metrics(results).await
+    }
+
+    /// Stored results by run id, with their metrics and without raw documents, in the
+    /// order asked (ids not stored are left out).
+    pub async fn results_by_run_ids(
+        &self,
+        run_ids: &[String],
+    ) -> Result<Vec<StoredResult>, ArchiveError> {
+        let mut found = HashMap::with_capacity(run_ids.len());
+        for chunk in row_chunks(run_ids) {
+            let text = format!(
+                "SELECT run_id, test, client, server, start_us, end_us, outcome, error \
+                 FROM results WHERE run_id IN ({})",
+                placeholders(1, chunk.len())
+            );
+            let mut query = sqlx::query(&text);
+            for run_id in chunk {
+                query = query.bind(run_id);
+            }
+            for row in query
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql("reading results"))?
+            {
+                let result = result_from_row(&row, false)?;
+                found.insert(result.run_id.clone(), result);
+            }
+        }
+        let ordered = run_ids.iter().filter_map(|id| found.remove(id)).collect();
+        self.with_metrics(ordered).await
     }
 
     /// One stored result with its raw document and metrics.
@@ -2113,6 +2190,20 @@ const CHUNK_ROWS: usize = 32;
 /// prepared once per connection, far below either database's limit on bind
 /// parameters, and with one statement per 32 rows rather than per row. (Bigger
 /// statements cost more: SQLite looks each parameter's name up in a list.)
+/// `NOTIFY` on PostgreSQL (see [`crate::notices`]), in a transaction or not.
+async fn notify_on<'e, E>(executor: E, channel: &str, payload: &str) -> Result<(), ArchiveError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(executor)
+        .await
+        .map_err(sql("telling the other replicas"))?;
+    Ok(())
+}
+
 fn row_chunks<T>(rows: &[T]) -> Vec<&[T]> {
     let mut chunks = Vec::new();
     let mut rest = rows;

@@ -1,15 +1,17 @@
 //! Live events for subscribers (Server-Sent Events) and their filters.
 //!
-//! Events are fanned out within one server process; with several replicas a
-//! subscriber sees what the replica it is connected to ingests.
+//! Events are fanned out within one server process; with several replicas on one
+//! PostgreSQL database, [`crate::replicas`] hands each replica's events to the others,
+//! so a subscriber sees every event whichever replica it is connected to.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{OnceLock, RwLock};
 
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
-use serde::Serialize;
-use tokio::sync::broadcast;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, mpsc};
 use vantage_model::control::AppMetric;
 use vantage_model::sla::SlaVerdict;
 
@@ -21,6 +23,10 @@ pub struct EventBus {
     sender: broadcast::Sender<Event>,
     /// Agent tags by name; refreshed on registration.
     agent_tags: RwLock<HashMap<String, BTreeMap<String, String>>>,
+    /// With replicas, where events published here go to be told to the others.
+    outbound: OnceLock<mpsc::Sender<Event>>,
+    /// Events the other replicas were not told because that queue was full.
+    outbound_dropped: AtomicU64,
 }
 
 impl Default for EventBus {
@@ -28,14 +34,54 @@ impl Default for EventBus {
         EventBus {
             sender: broadcast::channel(4096).0,
             agent_tags: RwLock::default(),
+            outbound: OnceLock::new(),
+            outbound_dropped: AtomicU64::new(0),
         }
     }
 }
 
 impl EventBus {
-    /// Publishes an event; having no subscriber is fine.
+    /// Publishes an event raised here, and hands it on to the other replicas if there are
+    /// any; having no subscriber is fine. (Result events reach the other replicas with the
+    /// transaction that stored them, see [`crate::notices`].)
     pub fn publish(&self, event: Event) {
+        if let Some(outbound) = self.outbound.get() {
+            if !matches!(event, Event::Result { .. }) && outbound.try_send(event.clone()).is_err() {
+                let dropped = self.outbound_dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if dropped.is_power_of_two() {
+                    tracing::warn!(
+                        dropped,
+                        "events published faster than the other replicas can be told; \
+                         subscribers of other replicas miss them"
+                    );
+                }
+            }
+        }
+        self.publish_here(event);
+    }
+
+    /// Publishes an event to this process's subscribers only: one another replica raised.
+    pub fn publish_here(&self, event: Event) {
         let _ = self.sender.send(event);
+    }
+
+    /// Where events published from now on go to be told to the other replicas (once).
+    pub fn send_to_replicas(&self, outbound: mpsc::Sender<Event>) {
+        let _ = self.outbound.set(outbound);
+    }
+
+    /// A stored result as its event, with the agents' tags.
+    pub fn result_event(&self, result: StoredResult) -> Event {
+        Event::Result {
+            agent_tags: self.pair_tags(&result.client, &result.server),
+            result,
+        }
+    }
+
+    /// Whether the tags of every one of `agents` are known here.
+    pub fn knows_agents<'a>(&self, mut agents: impl Iterator<Item = &'a str>) -> bool {
+        let tags = self.agent_tags.read().expect("tag cache lock");
+        agents.all(|agent| tags.contains_key(agent))
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
@@ -69,16 +115,13 @@ impl ResultConsumer for std::sync::Arc<EventBus> {
     }
 
     fn consume<'a>(&'a self, result: &'a NewResult<'a>) -> BoxFuture<'a, ()> {
-        self.publish(Event::Result {
-            agent_tags: self.pair_tags(&result.run.client, &result.run.server),
-            result: result.summary.clone(),
-        });
+        self.publish_here(self.result_event(result.summary.clone()));
         Box::pin(std::future::ready(()))
     }
 }
 
 /// One live event; `kind` tells which.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
     /// A result was stored (the raw document is left out; query it by `run_id`).

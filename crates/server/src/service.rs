@@ -13,6 +13,7 @@ use crate::archive::Archive;
 use crate::archivers;
 use crate::http::{self, HttpLimits};
 use crate::planner::{self, PlannerOptions};
+use crate::replicas;
 use crate::state::ServerState;
 use crate::supervisor::supervise;
 use crate::tls::{self, TlsFiles};
@@ -58,6 +59,8 @@ pub struct RunningServer {
     planner: JoinHandle<()>,
     archivers: JoinHandle<()>,
     transfers: JoinHandle<()>,
+    /// On PostgreSQL, the relay of events between replicas.
+    replicas: Option<JoinHandle<()>>,
 }
 
 impl RunningServer {
@@ -74,6 +77,9 @@ impl RunningServer {
         self.planner.await?;
         self.archivers.await?;
         self.transfers.await?;
+        if let Some(replicas) = self.replicas {
+            replicas.await?;
+        }
         self.state.archive.close().await;
         Ok(())
     }
@@ -99,6 +105,14 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         }
     };
     let state = ServerState::new(archive, options.transfers).await?;
+    // Listening before answering: a subscriber of this replica hears every result the
+    // others store from then on.
+    let replica_listener = match state.archive.replicas() {
+        Some(replicas_of) => Some(replicas::listen(replicas_of).await.map_err(|error| {
+            anyhow::anyhow!("cannot listen for the other replicas' events: {error}")
+        })?),
+        None => None,
+    };
     let listener = TcpListener::bind(options.listen)
         .await
         .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", options.listen))?;
@@ -137,6 +151,31 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
             move || crate::transfers::run_epochs(state.clone(), stopped.clone())
         },
     );
+    let replicas = replica_listener.map(|first| {
+        let (outbound, queued) = tokio::sync::mpsc::channel(replicas::OUTBOUND_QUEUE);
+        state.events.send_to_replicas(outbound);
+        let (first, queued) = (
+            Arc::new(tokio::sync::Mutex::new(Some(first))),
+            Arc::new(tokio::sync::Mutex::new(queued)),
+        );
+        supervise(
+            "replicas",
+            Arc::clone(&state.tasks),
+            stopped.clone(),
+            FIRST_RESTART_PAUSE,
+            {
+                let (state, stopped) = (state.clone(), stopped.clone());
+                move || {
+                    replicas::run(
+                        state.clone(),
+                        Arc::clone(&first),
+                        Arc::clone(&queued),
+                        stopped.clone(),
+                    )
+                }
+            },
+        )
+    });
     let planner = supervise(
         "planner",
         Arc::clone(&state.tasks),
@@ -158,6 +197,7 @@ pub async fn start(options: ServerOptions) -> anyhow::Result<RunningServer> {
         planner,
         archivers,
         transfers,
+        replicas,
     })
 }
 

@@ -1,68 +1,18 @@
 //! The REST API end to end over HTTP, against SQLite and PostgreSQL alike.
 
 mod common;
+mod fixtures;
 
 use std::time::Duration;
 
 use chrono::Utc;
 use common::{Api, Kind, TestDb};
+use fixtures::{latency_result, run_record, upload};
 use serde_json::json;
 use vantage_model::control::ResultUpload;
-use vantage_scheduler::{agent_resource, Claim, ClaimMode};
+use vantage_scheduler::ClaimMode;
 use vantage_server::archive::{now_us, Ingest, RunRecord, RunState};
 use vantage_server::planner::PlannerOptions;
-
-fn run_record(id: &str, client: &str, server: &str, start_us: i64) -> RunRecord {
-    RunRecord {
-        id: id.into(),
-        task: "t".into(),
-        test: "latency".into(),
-        test_name: "lat".into(),
-        client: client.into(),
-        server: server.into(),
-        target: None,
-        spec: json!({"count": 3}),
-        exclusive: false,
-        reverse: false,
-        priority: 0,
-        claims: vec![
-            Claim {
-                resource: agent_resource(client),
-                mode: ClaimMode::Shared,
-            },
-            Claim {
-                resource: agent_resource(server),
-                mode: ClaimMode::Shared,
-            },
-        ],
-        planned_start_us: start_us,
-        planned_end_us: start_us + 2_000_000,
-        actual_start_us: None,
-        actual_end_us: None,
-        state: RunState::Scheduled,
-        reason: None,
-    }
-}
-
-fn latency_result(median_us: f64, loss_ratio: f64) -> serde_json::Value {
-    json!({
-        "test": "latency",
-        "summary": {
-            "sent": 10, "received": 10, "loss_ratio": loss_ratio,
-            "rtt_us": {"min": median_us - 5.0, "median": median_us, "mean": median_us, "p95": median_us + 10.0,
-                       "p99": median_us + 12.0, "max": median_us + 20.0, "stddev": 3.0},
-            "jitter_us": {"rfc3550": 2.0, "mean_abs_delta": 2.5, "median_abs_delta": 2.0}
-        }
-    })
-}
-
-fn upload(run_id: &str, agent: &str, median_us: f64) -> serde_json::Value {
-    json!({
-        "run_id": run_id, "agent": agent, "outcome": "completed",
-        "actual_start": Utc::now(), "actual_end": Utc::now(),
-        "result": latency_result(median_us, 0.0)
-    })
-}
 
 async fn api_scenario(kind: Kind) {
     let db = TestDb::new(kind, "api").await;
