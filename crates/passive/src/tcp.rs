@@ -186,8 +186,14 @@ impl TcpConnection {
     fn handshake_step(&mut self, side: usize, time_ns: i64, segment: &TcpSegment) {
         let flags = segment.flags;
         let handshake = &mut self.handshake;
-        if flags.syn && !flags.ack && side == 0 && handshake.syn_ns.is_none() {
-            handshake.syn_ns = Some(time_ns);
+        if flags.syn && !flags.ack && side == 0 && handshake.ack_ns.is_none() {
+            // A retransmitted SYN starts the handshake's timing again (Karn's rule, and
+            // Wireshark's initial RTT): the SYN-ACK that follows may answer it, and
+            // timing from the first SYN would count the retransmission timeout as RTT.
+            *handshake = Handshake {
+                syn_ns: Some(time_ns),
+                ..Handshake::default()
+            };
         } else if flags.syn && flags.ack && side == 1 && handshake.syn_ns.is_some() {
             if handshake.syn_ack_ns.is_none() {
                 handshake.syn_ack_ns = Some(time_ns);

@@ -305,6 +305,40 @@ fn handshake_rtt_follows_the_capture_side() {
 }
 
 #[test]
+fn a_retransmitted_syn_starts_the_handshake_rtt_again() {
+    // The first SYN (or its SYN-ACK) was lost: the client sends it again 1 s later, and the
+    // handshake completes from there. Timing from the first SYN would report the
+    // retransmission timeout as the RTT; from the last, as Karn's rule and Wireshark's
+    // initial RTT have it, the path's 10 ms.
+    for at_client in [true, false] {
+        let mut segments = transfer(at_client, 4, 4);
+        let retransmission_ns = 1_000 * MS;
+        for (time, _) in segments.iter_mut() {
+            *time += retransmission_ns;
+        }
+        let first_syn = (0, segments[0].1);
+        segments.insert(0, first_syn);
+        if !at_client {
+            // Near the server the lost SYN-ACK was sent; it answered the first SYN.
+            let lost_syn_ack = (50_000, segments[2].1);
+            segments.insert(1, lost_syn_ack);
+        }
+        let flow = &report(
+            &capture(Link::Ethernet, false, 65535, &segments),
+            &Options::default(),
+        )
+        .flows[0];
+        let expected_us = if at_client { 10_000.0 } else { 10_050.0 };
+        assert_eq!(
+            flow.handshake_rtt_us,
+            Some(expected_us),
+            "captured at the {}",
+            if at_client { "client" } else { "server" }
+        );
+    }
+}
+
+#[test]
 fn every_link_type_and_ipv6_give_the_same_record() {
     let segments = transfer(true, 12, 6);
     let reference = report(
