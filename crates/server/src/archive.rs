@@ -1,7 +1,8 @@
 //! The archive: one schema on SQLite (default, WAL) or PostgreSQL (fleets).
 //!
 //! All SQL goes through sqlx's `Any` driver with `$N` placeholders, which both
-//! backends accept, so there is one code path. Times are stored as microseconds
+//! backends accept, so there is one code path (set statements built at run time
+//! use `?` on SQLite: see [`placeholders`]). Times are stored as microseconds
 //! since the Unix epoch (`*_us` columns) and JSON documents as text; that keeps
 //! the schema identical and lets ranges use plain integer indexes.
 
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
+use tokio::sync::{mpsc, oneshot};
 use vantage_model::control::{AgentRegistration, AppMetric, ResultUpload, Role, RunOutcome};
 use vantage_model::sla::SlaVerdict;
 use vantage_model::ticket::TicketSigner;
@@ -36,6 +38,8 @@ pub enum ArchiveError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("the stored ticket key is unusable: {0}")]
     TicketKey(#[from] vantage_model::ticket::TicketError),
+    #[error("the archive's result writer stopped")]
+    WriterStopped,
     #[error("stored {what} is not valid JSON: {source}")]
     Json {
         what: &'static str,
@@ -369,6 +373,71 @@ pub struct Archive {
     /// On PostgreSQL, how replicas sharing the database reach each other (see
     /// [`crate::notices`]): the URL a listener connects to and this archive's channels.
     replicas: Option<Arc<Replicas>>,
+    /// On SQLite, where result batches queue to be stored together (see
+    /// [`group_commits`]).
+    group_commit: Option<mpsc::Sender<IngestJob>>,
+}
+
+/// The outcome of one upload of an ingest batch.
+pub type IngestOutcome = Result<(Ingest, RunRecord), IngestRefusal>;
+
+/// One caller's batch waiting for the SQLite writer.
+struct IngestJob {
+    uploads: Vec<ResultUpload>,
+    reply: oneshot::Sender<Result<Vec<IngestOutcome>, ArchiveError>>,
+}
+
+/// Most uploads one group commit stores: a transaction holds SQLite's write lock
+/// throughout, so this bounds how long other writers (the planner) wait.
+const GROUP_COMMIT_UPLOADS: usize = 2_000;
+
+/// Batches waiting for the writer; callers wait to enqueue beyond it.
+const GROUP_COMMIT_QUEUE: usize = 256;
+
+/// Group commit on SQLite: batches that arrive while a transaction is being written
+/// are stored together in the next one, so concurrent uploads (a fleet's agents, each
+/// sending a few results) share one transaction's fixed cost (its commit and the
+/// pages every batch touches) instead of queueing for the write lock one by one. A
+/// combined transaction that fails is retried batch by batch, so each caller gets
+/// its own batch's outcome. Ends when the last archive handle is dropped.
+async fn group_commits(archive: Archive, mut jobs: mpsc::Receiver<IngestJob>) {
+    while let Some(first) = jobs.recv().await {
+        let mut group = vec![first];
+        let mut uploads = group[0].uploads.len();
+        while uploads < GROUP_COMMIT_UPLOADS {
+            let Ok(job) = jobs.try_recv() else { break };
+            uploads += job.uploads.len();
+            group.push(job);
+        }
+        if group.len() == 1 {
+            let job = group.pop().expect("one job");
+            let outcome = archive.store_batch(&job.uploads).await;
+            let _ = job.reply.send(outcome);
+            continue;
+        }
+        let lengths: Vec<usize> = group.iter().map(|job| job.uploads.len()).collect();
+        let all: Vec<ResultUpload> = group
+            .iter_mut()
+            .flat_map(|job| std::mem::take(&mut job.uploads))
+            .collect();
+        match archive.store_batch(&all).await {
+            Ok(outcomes) => {
+                let mut outcomes = outcomes.into_iter();
+                for (job, count) in group.into_iter().zip(lengths) {
+                    let _ = job.reply.send(Ok(outcomes.by_ref().take(count).collect()));
+                }
+            }
+            Err(error) => {
+                tracing::debug!("a group commit failed ({error}); storing its batches one by one");
+                let mut offset = 0;
+                for (job, count) in group.into_iter().zip(lengths) {
+                    let outcome = archive.store_batch(&all[offset..offset + count]).await;
+                    offset += count;
+                    let _ = job.reply.send(outcome);
+                }
+            }
+        }
+    }
 }
 
 /// What an archive on PostgreSQL needs to tell other replicas what it stored.
@@ -398,7 +467,7 @@ impl Archive {
         } else {
             return Err(ArchiveError::UnsupportedUrl(url.to_string()));
         };
-        let options = || {
+        let options = |writer: bool| {
             AnyPoolOptions::new().after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {
@@ -412,12 +481,22 @@ impl Archive {
                         sqlx::query("PRAGMA foreign_keys = ON")
                             .execute(&mut *conn)
                             .await?;
+                        if writer {
+                            // A set statement inside a transaction keeps a statement
+                            // journal; past 64 KiB SQLite spills it to a temporary
+                            // file, whose writes took a third of the ingest writer's
+                            // time. In memory it is the few pages one statement
+                            // changes.
+                            sqlx::query("PRAGMA temp_store = MEMORY")
+                                .execute(&mut *conn)
+                                .await?;
+                        }
                     }
                     Ok(())
                 })
             })
         };
-        let pool = options()
+        let pool = options(false)
             .max_connections(max_connections)
             .connect(&url)
             .await
@@ -427,7 +506,7 @@ impl Archive {
             Backend::Postgres => sqlx::migrate!("migrations/postgres").run(&pool).await?,
         }
         let writer = match backend {
-            Backend::Sqlite => options()
+            Backend::Sqlite => options(true)
                 .max_connections(1)
                 .connect(&url)
                 .await
@@ -448,12 +527,20 @@ impl Archive {
                 }))
             }
         };
-        Ok(Archive {
+        let mut archive = Archive {
             pool,
             backend,
             writer,
             replicas,
-        })
+            group_commit: None,
+        };
+        if backend == Backend::Sqlite {
+            let (sender, jobs) = mpsc::channel(GROUP_COMMIT_QUEUE);
+            // The task's handle has no sender, so it ends with the last of the others.
+            tokio::spawn(group_commits(archive.clone(), jobs));
+            archive.group_commit = Some(sender);
+        }
+        Ok(archive)
     }
 
     /// On PostgreSQL, how this archive reaches the other replicas sharing its database.
@@ -1069,14 +1156,35 @@ impl Archive {
         outcomes.pop().expect("one outcome per upload")
     }
 
+    /// Stores a batch of uploads in one transaction (on SQLite, shared with the batches
+    /// of concurrent callers: see [`group_commits`]); each element answers one upload.
+    pub async fn ingest_batch(
+        &self,
+        uploads: &[ResultUpload],
+    ) -> Result<Vec<IngestOutcome>, ArchiveError> {
+        let Some(queue) = &self.group_commit else {
+            return self.store_batch(uploads).await;
+        };
+        let (reply, outcome) = oneshot::channel();
+        let job = IngestJob {
+            uploads: uploads.to_vec(),
+            reply,
+        };
+        queue
+            .send(job)
+            .await
+            .map_err(|_| ArchiveError::WriterStopped)?;
+        outcome.await.map_err(|_| ArchiveError::WriterStopped)?
+    }
+
     /// Stores a batch of uploads in one transaction; each element answers one upload.
     /// The batch costs a fixed number of statements whatever its size (the runs read,
     /// the results, their metrics and the runs' new states, each as one set), so the
     /// database's round trips do not grow with the batch.
-    pub async fn ingest_batch(
+    async fn store_batch(
         &self,
         uploads: &[ResultUpload],
-    ) -> Result<Vec<Result<(Ingest, RunRecord), IngestRefusal>>, ArchiveError> {
+    ) -> Result<Vec<IngestOutcome>, ArchiveError> {
         let received = now_us();
         let mut tx = self
             .write_transaction()
@@ -1174,10 +1282,10 @@ impl Archive {
         uploads: &[ResultUpload],
     ) -> Result<HashMap<String, RunRecord>, ArchiveError> {
         let mut runs = HashMap::with_capacity(uploads.len());
-        for chunk in row_chunks(uploads) {
+        for chunk in row_chunks(self.backend, uploads) {
             let text = format!(
                 "SELECT {RUN_COLUMNS} FROM runs WHERE id IN ({})",
-                placeholders(1, chunk.len())
+                placeholders(self.backend, chunk.len())
             );
             let mut query = sqlx::query(&text);
             for upload in chunk {
@@ -1204,11 +1312,11 @@ impl Archive {
         received_us: i64,
     ) -> Result<HashSet<String>, ArchiveError> {
         let mut stored = HashSet::with_capacity(accepted.len());
-        for chunk in row_chunks(accepted) {
+        for chunk in row_chunks(self.backend, accepted) {
             let text = format!(
                 "INSERT INTO results (run_id, test, client, server, start_us, end_us, received_us, \
                  outcome, error, raw) VALUES {} ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-                value_rows(10, chunk.len())
+                value_rows(self.backend, 10, chunk.len())
             );
             let mut query = sqlx::query(&text);
             for candidate in chunk {
@@ -1235,9 +1343,10 @@ impl Archive {
         Ok(stored)
     }
 
-    /// The summary metrics of newly stored results, one row per metric, in one
-    /// statement: several per result, and small, so they go as one JSON parameter (see
-    /// [`json_rows`]) rather than as thousands of bound values.
+    /// The summary metrics of newly stored results, one row per metric. Several per
+    /// result, and small: on PostgreSQL they go as one JSON parameter (see
+    /// [`postgres_json_rows`]) in one statement, on SQLite as bound values in set
+    /// statements (see [`row_chunks`]).
     async fn insert_metrics(
         &self,
         tx: &mut sqlx::Transaction<'static, sqlx::Any>,
@@ -1267,29 +1376,52 @@ impl Archive {
                 })
             })
             .collect();
-        if rows.is_empty() {
-            return Ok(());
+        const INSERT: &str =
+            "INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test)";
+        match self.backend {
+            Backend::Postgres if !rows.is_empty() => {
+                let source = postgres_json_rows(&[
+                    ("run_id", SqlType::Text),
+                    ("name", SqlType::Text),
+                    ("value", SqlType::Real),
+                    ("start_us", SqlType::Integer),
+                    ("client", SqlType::Text),
+                    ("server", SqlType::Text),
+                    ("test", SqlType::Text),
+                ]);
+                sqlx::query(&format!(
+                    "{INSERT} SELECT run_id, name, value, start_us, client, server, test FROM {source}"
+                ))
+                .bind(to_json_text(&rows))
+                .execute(&mut **tx)
+                .await
+                .map_err(sql("ingesting results"))?;
+            }
+            Backend::Postgres => {}
+            Backend::Sqlite => {
+                for chunk in row_chunks(self.backend, &rows) {
+                    let text = format!(
+                        "{INSERT} VALUES {}",
+                        value_rows(self.backend, 7, chunk.len())
+                    );
+                    let mut query = sqlx::query(&text);
+                    for row in chunk {
+                        query = query
+                            .bind(row.run_id)
+                            .bind(row.name)
+                            .bind(row.value)
+                            .bind(row.start_us)
+                            .bind(row.client)
+                            .bind(row.server)
+                            .bind(row.test);
+                    }
+                    query
+                        .execute(&mut **tx)
+                        .await
+                        .map_err(sql("ingesting results"))?;
+                }
+            }
         }
-        let source = json_rows(
-            self.backend,
-            &[
-                ("run_id", SqlType::Text),
-                ("name", SqlType::Text),
-                ("value", SqlType::Real),
-                ("start_us", SqlType::Integer),
-                ("client", SqlType::Text),
-                ("server", SqlType::Text),
-                ("test", SqlType::Text),
-            ],
-        );
-        sqlx::query(&format!(
-            "INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) \
-             SELECT run_id, name, value, start_us, client, server, test FROM {source}"
-        ))
-        .bind(to_json_text(&rows))
-        .execute(&mut **tx)
-        .await
-        .map_err(sql("ingesting results"))?;
         Ok(())
     }
 
@@ -1299,12 +1431,12 @@ impl Archive {
         tx: &mut sqlx::Transaction<'static, sqlx::Any>,
         new: &[&Accepted],
     ) -> Result<(), ArchiveError> {
-        for chunk in row_chunks(new) {
+        for chunk in row_chunks(self.backend, new) {
             let text = format!(
                 "WITH x (id, state, start_us, end_us, reason) AS (VALUES {}) \
                  UPDATE runs SET state = x.state, actual_start_us = x.start_us, \
                  actual_end_us = x.end_us, reason = x.reason FROM x WHERE runs.id = x.id",
-                value_rows(5, chunk.len())
+                value_rows(self.backend, 5, chunk.len())
             );
             let mut query = sqlx::query(&text);
             for candidate in chunk {
@@ -1353,11 +1485,11 @@ impl Archive {
         run_ids: &[String],
     ) -> Result<Vec<StoredResult>, ArchiveError> {
         let mut found = HashMap::with_capacity(run_ids.len());
-        for chunk in row_chunks(run_ids) {
+        for chunk in row_chunks(self.backend, run_ids) {
             let text = format!(
                 "SELECT run_id, test, client, server, start_us, end_us, outcome, error \
                  FROM results WHERE run_id IN ({})",
-                placeholders(1, chunk.len())
+                placeholders(self.backend, chunk.len())
             );
             let mut query = sqlx::query(&text);
             for run_id in chunk {
@@ -1506,7 +1638,7 @@ impl Archive {
         for chunk in results.chunks_mut(500) {
             let text = format!(
                 "SELECT run_id, name, value FROM result_metrics WHERE run_id IN ({})",
-                placeholders(1, chunk.len())
+                placeholders(self.backend, chunk.len())
             );
             let mut query = sqlx::query(&text);
             for result in chunk.iter() {
@@ -2141,7 +2273,7 @@ impl Accepted {
     }
 }
 
-/// A column's type in [`json_rows`].
+/// A column's type in [`postgres_json_rows`].
 #[derive(Clone, Copy)]
 enum SqlType {
     Text,
@@ -2149,47 +2281,29 @@ enum SqlType {
     Real,
 }
 
-/// A row source for a set statement: the rows arrive as one JSON array of objects in
-/// parameter `$1`, and appear as table `x` with `columns`. One parameter means one
-/// statement text for any number of rows, and none of the per-value binding cost.
-/// SQLite parses an object once per column read, so this suits many small rows.
-fn json_rows(backend: Backend, columns: &[(&str, SqlType)]) -> String {
-    match backend {
-        Backend::Postgres => {
-            let typed: Vec<String> = columns
-                .iter()
-                .map(|(name, kind)| {
-                    let kind = match kind {
-                        SqlType::Text => "text",
-                        SqlType::Integer => "bigint",
-                        SqlType::Real => "double precision",
-                    };
-                    format!("{name} {kind}")
-                })
-                .collect();
-            format!(
-                "json_to_recordset(CAST($1 AS json)) AS x({})",
-                typed.join(", ")
-            )
-        }
-        Backend::Sqlite => {
-            let extracted: Vec<String> = columns
-                .iter()
-                .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
-                .collect();
-            format!("(SELECT {} FROM json_each($1)) AS x", extracted.join(", "))
-        }
-    }
+/// A row source for a set statement on PostgreSQL: the rows arrive as one JSON array
+/// of objects in parameter `$1`, and appear as table `x` with `columns`. One parameter
+/// means one statement text for any number of rows, and none of the per-value binding
+/// cost. (SQLite would parse each object once per column read, several times slower
+/// than binding the values.)
+fn postgres_json_rows(columns: &[(&str, SqlType)]) -> String {
+    let typed: Vec<String> = columns
+        .iter()
+        .map(|(name, kind)| {
+            let kind = match kind {
+                SqlType::Text => "text",
+                SqlType::Integer => "bigint",
+                SqlType::Real => "double precision",
+            };
+            format!("{name} {kind}")
+        })
+        .collect();
+    format!(
+        "json_to_recordset(CAST($1 AS json)) AS x({})",
+        typed.join(", ")
+    )
 }
 
-/// Most rows one statement of a set writes or reads.
-const CHUNK_ROWS: usize = 32;
-
-/// `rows` cut into statements of [`CHUNK_ROWS`] rows, then the rest in powers of two:
-/// a set of any size is then written with at most six statement texts per kind, each
-/// prepared once per connection, far below either database's limit on bind
-/// parameters, and with one statement per 32 rows rather than per row. (Bigger
-/// statements cost more: SQLite looks each parameter's name up in a list.)
 /// `NOTIFY` on PostgreSQL (see [`crate::notices`]), in a transaction or not.
 async fn notify_on<'e, E>(executor: E, channel: &str, payload: &str) -> Result<(), ArchiveError>
 where
@@ -2204,12 +2318,27 @@ where
     Ok(())
 }
 
-fn row_chunks<T>(rows: &[T]) -> Vec<&[T]> {
+/// Most rows one statement of a set writes or reads. SQLite statements are bigger:
+/// a statement is a round trip to the connection's thread, which holds the write
+/// lock meanwhile, while PostgreSQL plans each statement text once per connection.
+fn chunk_rows(backend: Backend) -> usize {
+    match backend {
+        Backend::Sqlite => 256,
+        Backend::Postgres => 32,
+    }
+}
+
+/// `rows` cut into statements of [`chunk_rows`] rows, then the rest in powers of two:
+/// a set of any size is then written with a handful of statement texts per kind,
+/// each prepared once per connection, below either database's limit on bind
+/// parameters, and with one statement per chunk rather than per row.
+fn row_chunks<T>(backend: Backend, rows: &[T]) -> Vec<&[T]> {
+    let most = chunk_rows(backend);
     let mut chunks = Vec::new();
     let mut rest = rows;
     while !rest.is_empty() {
-        let size = if rest.len() >= CHUNK_ROWS {
-            CHUNK_ROWS
+        let size = if rest.len() >= most {
+            most
         } else {
             1 << rest.len().ilog2()
         };
@@ -2220,19 +2349,34 @@ fn row_chunks<T>(rows: &[T]) -> Vec<&[T]> {
     chunks
 }
 
-/// `count` placeholders numbered from `$first`: `$1, $2, $3`.
-fn placeholders(first: usize, count: usize) -> String {
+/// `count` positional placeholders, bound in order: `$1, $2, $3` on PostgreSQL,
+/// `?, ?, ?` on SQLite, where a numbered (named) parameter costs a search of the
+/// statement's parameter list at every bind, which grows with the square of a set
+/// statement's size.
+fn placeholders(backend: Backend, count: usize) -> String {
+    placeholders_from(backend, 1, count)
+}
+
+fn placeholders_from(backend: Backend, first: usize, count: usize) -> String {
     (first..first + count)
-        .map(|n| format!("${n}"))
+        .map(|n| match backend {
+            Backend::Postgres => format!("${n}"),
+            Backend::Sqlite => "?".to_string(),
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// `rows` parenthesised rows of `columns` placeholders each, numbered from `$1`:
+/// `rows` parenthesised rows of `columns` [`placeholders`] each, bound row by row:
 /// `($1, $2), ($3, $4)`.
-fn value_rows(columns: usize, rows: usize) -> String {
+fn value_rows(backend: Backend, columns: usize, rows: usize) -> String {
     (0..rows)
-        .map(|row| format!("({})", placeholders(row * columns + 1, columns)))
+        .map(|row| {
+            format!(
+                "({})",
+                placeholders_from(backend, row * columns + 1, columns)
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -8,7 +8,7 @@ use vantage_model::control::ResultUpload;
 
 use std::collections::BTreeMap;
 
-use crate::archive::{Archive, ArchiveError, Ingest, IngestRefusal, RunRecord, StoredResult};
+use crate::archive::{Archive, ArchiveError, Ingest, IngestOutcome, RunRecord, StoredResult};
 
 /// A result that was just stored, as consumers see it.
 pub struct NewResult<'a> {
@@ -49,7 +49,7 @@ impl IngestPipeline {
     pub async fn ingest(
         &self,
         uploads: &[ResultUpload],
-    ) -> Result<Vec<Result<(Ingest, RunRecord), IngestRefusal>>, ArchiveError> {
+    ) -> Result<Vec<IngestOutcome>, ArchiveError> {
         let outcomes = self.archive.ingest_batch(uploads).await?;
         for (upload, outcome) in uploads.iter().zip(&outcomes) {
             if let Ok((Ingest::Stored(metrics), run)) = outcome {

@@ -736,6 +736,100 @@ async fn batch_on_postgres() {
     batch_scenario(Kind::Postgres).await;
 }
 
+/// Batches stored concurrently (on SQLite, several in one group commit) each get the
+/// answers of their own uploads, in order: every run is stored exactly once, a run
+/// two batches both carry is stored for one and a duplicate for the other, and a
+/// refusal stays with the batch that sent it.
+async fn concurrent_batches_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "concurrent").await;
+    let archive = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    const BATCHES: usize = 40;
+    const PER_BATCH: usize = 10;
+    let runs: Vec<RunRecord> = (0..BATCHES * PER_BATCH)
+        .map(|n| run_record(&format!("c{n}"), "a", "b", now_us()))
+        .collect();
+    archive.insert_runs(&runs).await.unwrap();
+    let batch_of = |batch: usize| -> Vec<ResultUpload> {
+        let mut uploads: Vec<ResultUpload> = (0..PER_BATCH)
+            .map(|i| {
+                let n = batch * PER_BATCH + i;
+                serde_json::from_value(upload(&format!("c{n}"), "a", n as f64)).unwrap()
+            })
+            .collect();
+        // Also the first run of the next batch, and one upload as the wrong agent.
+        let shared = ((batch + 1) % BATCHES) * PER_BATCH;
+        uploads.push(serde_json::from_value(upload(&format!("c{shared}"), "a", 1.0)).unwrap());
+        uploads.push(
+            serde_json::from_value(upload(&format!("c{}", batch * PER_BATCH + 1), "b", 1.0))
+                .unwrap(),
+        );
+        uploads
+    };
+    let calls = (0..BATCHES).map(|batch| {
+        let archive = archive.clone();
+        let uploads = batch_of(batch);
+        tokio::spawn(async move {
+            (
+                uploads.clone(),
+                archive.ingest_batch(&uploads).await.unwrap(),
+            )
+        })
+    });
+    let mut stored_by = std::collections::HashMap::new();
+    for call in calls.collect::<Vec<_>>() {
+        let (uploads, outcomes) = call.await.unwrap();
+        assert_eq!(outcomes.len(), uploads.len(), "one answer per upload");
+        for (upload, outcome) in uploads.iter().zip(&outcomes) {
+            match outcome {
+                Ok((ingest, run)) => {
+                    assert_eq!(run.id, upload.run_id, "answers keep the batch's order");
+                    if let Ingest::Stored(metrics) = ingest {
+                        assert_eq!(metrics.len(), 5);
+                        assert!(
+                            stored_by.insert(run.id.clone(), ()).is_none(),
+                            "{} stored twice",
+                            run.id
+                        );
+                    }
+                }
+                Err(refusal) => {
+                    assert_eq!(
+                        upload.agent, "b",
+                        "only the wrong agent is refused: {refusal}"
+                    );
+                    assert!(refusal.to_string().contains(&upload.run_id), "{refusal}");
+                }
+            }
+        }
+    }
+    assert_eq!(
+        stored_by.len(),
+        BATCHES * PER_BATCH,
+        "every run stored once"
+    );
+    for n in (0..BATCHES * PER_BATCH).step_by(37) {
+        let stored = archive
+            .stored_result(&format!("c{n}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.metrics.len(), 5);
+    }
+    archive.close().await;
+}
+
+#[tokio::test]
+async fn concurrent_batches_on_sqlite() {
+    concurrent_batches_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn concurrent_batches_on_postgres() {
+    concurrent_batches_scenario(Kind::Postgres).await;
+}
+
 /// A server with agents a and b registered; its admin client and agent a's client.
 async fn server_with_pair(db: &TestDb) -> (vantage_server::service::RunningServer, Api, Api) {
     let server = common::start(db, PlannerOptions::default()).await;
