@@ -409,12 +409,6 @@ async fn group_commits(archive: Archive, mut jobs: mpsc::Receiver<IngestJob>) {
             uploads += job.uploads.len();
             group.push(job);
         }
-        if group.len() == 1 {
-            let job = group.pop().expect("one job");
-            let outcome = archive.store_batch(&job.uploads).await;
-            let _ = job.reply.send(outcome);
-            continue;
-        }
         let lengths: Vec<usize> = group.iter().map(|job| job.uploads.len()).collect();
         let all: Vec<ResultUpload> = group
             .iter_mut()
@@ -426,6 +420,9 @@ async fn group_commits(archive: Archive, mut jobs: mpsc::Receiver<IngestJob>) {
                 for (job, count) in group.into_iter().zip(lengths) {
                     let _ = job.reply.send(Ok(outcomes.by_ref().take(count).collect()));
                 }
+            }
+            Err(error) if group.len() == 1 => {
+                let _ = group.pop().expect("one job").reply.send(Err(error));
             }
             Err(error) => {
                 tracing::debug!("a group commit failed ({error}); storing its batches one by one");
@@ -1376,10 +1373,13 @@ impl Archive {
                 })
             })
             .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
         const INSERT: &str =
             "INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test)";
         match self.backend {
-            Backend::Postgres if !rows.is_empty() => {
+            Backend::Postgres => {
                 let source = postgres_json_rows(&[
                     ("run_id", SqlType::Text),
                     ("name", SqlType::Text),
@@ -1397,7 +1397,6 @@ impl Archive {
                 .await
                 .map_err(sql("ingesting results"))?;
             }
-            Backend::Postgres => {}
             Backend::Sqlite => {
                 for chunk in row_chunks(self.backend, &rows) {
                     let text = format!(
