@@ -1,10 +1,15 @@
 //! Scheduling benchmark: N simulated agents, a full mesh of latency
-//! every 60 s and of throughput every hour; plans a day in one-hour windows, as
-//! the server's scheduler loop does, and prints the figures.
+//! every 60 s and of throughput every hour; plans a day in one-hour windows
+//! and prints the figures.
 //!
-//! `cargo run --release -p vantage-scheduler --example schedule_bench -- [--agents N] [--hours H] [--sites K]`
+//! `cargo run --release -p vantage-scheduler --example schedule_bench -- [--agents N] [--hours H] [--sites K] [--everything 1]`
 //! `--sites K` puts the agents behind K uplink segments (round-robin), so
 //! throughput runs between sites also contend for the uplinks.
+//!
+//! By default it plans as the server does: only exclusive runs are reserved ahead
+//! (`plan_reserved`) and each agent's light runs (the latency mesh) are placed when
+//! it fetches them (`LightTasks::runs_for`), timed here for one minute of every
+//! agent. `--everything 1` plans every run ahead with `plan`, for comparison.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -12,12 +17,16 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use vantage_model::config::load_config;
-use vantage_scheduler::{find_overlaps, plan, AgentInfo, Occupancy, PlanWindow, PlannedRun};
+use vantage_scheduler::{
+    find_overlaps, plan, plan_reserved, AgentInfo, LightTasks, Occupancy, Plan, PlanWindow,
+    PlannedRun,
+};
 
 struct Options {
     agents: usize,
     hours: i64,
     sites: usize,
+    everything: bool,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -25,6 +34,7 @@ fn parse_options() -> Result<Options, String> {
         agents: 100,
         hours: 24,
         sites: 0,
+        everything: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -36,6 +46,7 @@ fn parse_options() -> Result<Options, String> {
             "--agents" if number >= 2 => options.agents = number,
             "--hours" if number >= 1 => options.hours = number as i64,
             "--sites" => options.sites = number,
+            "--everything" => options.everything = number != 0,
             _ => {
                 return Err(format!(
                     "unknown flag or out-of-range value: {flag} {value}"
@@ -118,6 +129,26 @@ fn main() -> ExitCode {
         })
         .collect();
 
+    let light_started = Instant::now();
+    let light = LightTasks::new(&config, &agents);
+    let light_seconds = light_started.elapsed().as_secs_f64();
+    // What one planning call places: every run, or only the reserved ones.
+    let plan_window = |window: PlanWindow, existing: &[PlannedRun]| -> Plan {
+        if options.everything {
+            plan(&config, &agents, window, existing, 2026)
+        } else {
+            plan_reserved(
+                &config,
+                &agents,
+                window,
+                existing,
+                2026,
+                &light,
+                window.start,
+            )
+        }
+    };
+
     let day_start: DateTime<Utc> = DateTime::from_timestamp(1_800_000_000 / 86_400 * 86_400, 0)
         .expect("fixed timestamp is valid");
     let mut carried: Vec<PlannedRun> = Vec::new();
@@ -137,7 +168,7 @@ fn main() -> ExitCode {
             end: day_start + chrono::Duration::hours(hour + 1),
         };
         let started = Instant::now();
-        let plan = plan(&config, &agents, window, &carried, 2026);
+        let plan = plan_window(window, &carried);
         let elapsed = started.elapsed().as_secs_f64();
         planning_seconds += elapsed;
         slowest_window_seconds = slowest_window_seconds.max(elapsed);
@@ -191,8 +222,29 @@ fn main() -> ExitCode {
     first_hour_runs
         .retain(|run| !(run.task == "latency-mesh" && run.run_id.ends_with(&tick_occurrence)));
     let started = Instant::now();
-    let tick = plan(&config, &agents, tick_window, &first_hour_runs, 2026);
+    let tick = plan_window(tick_window, &first_hour_runs);
     let tick_seconds = started.elapsed().as_secs_f64();
+    // The tick in which the hourly campaign falls due, with the runs stored before it.
+    let campaign_window = PlanWindow {
+        start: day_start + chrono::Duration::hours(1) - chrono::Duration::seconds(1),
+        end: day_start + chrono::Duration::hours(1) + chrono::Duration::seconds(1),
+    };
+    let stored_before: Vec<PlannedRun> = first_hour_runs
+        .iter()
+        .filter(|run| run.end > campaign_window.start)
+        .cloned()
+        .collect();
+    let started = Instant::now();
+    let campaign_tick = plan_window(campaign_window, &stored_before);
+    let campaign_tick_seconds = started.elapsed().as_secs_f64();
+    let light_minute = (!options.everything).then(|| {
+        light_minute(
+            &light,
+            &agents,
+            &first_hour_runs,
+            day_start + chrono::Duration::minutes(30),
+        )
+    });
 
     let n = options.agents;
     let mesh_rounds_per_direction = if n % 2 == 0 { n - 1 } else { n };
@@ -219,6 +271,23 @@ fn main() -> ExitCode {
             "  throughput runs crossing an uplink: {segment_crossing_throughput_runs} planned"
         );
     }
+    if let Some(minute) = &light_minute {
+        println!(
+            "  light runs (placed as agents fetch them): {} tasks, {} flows per occurrence, pairs worked out in {:.3} s",
+            light.task_names().count(),
+            light.flow_count(),
+            light_seconds
+        );
+        println!(
+            "    one minute, every agent: {} runs, {} non-starts; per agent p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            minute.runs,
+            minute.non_starts,
+            minute.p50_ms,
+            minute.p99_ms,
+            minute.max_ms
+        );
+        overlaps_found += minute.overlaps;
+    }
     println!("  overlapping conflicting runs (independent check): {overlaps_found}");
     println!(
         "  2 s replanning tick      {:.1} ms with {} stored runs of the hour passed in ({} new runs)",
@@ -226,6 +295,18 @@ fn main() -> ExitCode {
         first_hour_runs.len(),
         tick.runs.len()
     );
+    println!(
+        "  tick placing the campaign {:.1} ms ({} new runs, {} non-starts)",
+        campaign_tick_seconds * 1000.0,
+        campaign_tick.runs.len(),
+        campaign_tick.non_starts.len()
+    );
+    if let Some(peak_kib) = peak_rss_kib() {
+        println!(
+            "  peak RSS                 {:.0} MB",
+            peak_kib as f64 / 1024.0
+        );
+    }
     if let Some(campaign) = campaigns.first() {
         let minutes = (campaign.end - campaign.start).num_milliseconds() as f64 / 60_000.0;
         let reserve_s = config
@@ -264,4 +345,75 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+struct LightMinute {
+    runs: usize,
+    non_starts: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    overlaps: usize,
+}
+
+/// Every agent's light runs of one minute from `start`, placed as each fetches them
+/// around the reserved runs that may be in their way, timed per agent; each agent's
+/// runs are checked against the reserved ones (light runs only conflict with those).
+fn light_minute(
+    light: &LightTasks,
+    agents: &[AgentInfo],
+    reserved: &[PlannedRun],
+    start: DateTime<Utc>,
+) -> LightMinute {
+    let window = PlanWindow {
+        start,
+        end: start + chrono::Duration::minutes(1),
+    };
+    let light_end = window.end + chrono::Duration::from_std(light.tail()).unwrap_or_default();
+    let in_the_way: Vec<PlannedRun> = reserved
+        .iter()
+        .filter(|run| run.end > window.start && run.start < light_end)
+        .cloned()
+        .collect();
+    let mut minute = LightMinute {
+        runs: 0,
+        non_starts: 0,
+        p50_ms: 0.0,
+        p99_ms: 0.0,
+        max_ms: 0.0,
+        overlaps: 0,
+    };
+    let mut times_ms = Vec::with_capacity(agents.len());
+    for agent in agents {
+        let started = Instant::now();
+        let placed = light.runs_for(&agent.name, window, &in_the_way, 2026);
+        times_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        minute.runs += placed.runs.len();
+        minute.non_starts += placed.non_starts.len();
+        let occupancies: Vec<Occupancy> = in_the_way
+            .iter()
+            .chain(&placed.runs)
+            .map(Occupancy::from)
+            .collect();
+        minute.overlaps += find_overlaps(&occupancies).len();
+    }
+    times_ms.sort_by(f64::total_cmp);
+    let at = |quantile: f64| times_ms[((times_ms.len() - 1) as f64 * quantile).round() as usize];
+    minute.p50_ms = at(0.5);
+    minute.p99_ms = at(0.99);
+    minute.max_ms = at(1.0);
+    minute
+}
+
+/// The process's peak resident set (VmHWM), where /proc tells it.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }

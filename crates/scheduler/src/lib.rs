@@ -18,6 +18,10 @@
 //!   (throughput then runs in reverse mode to keep the direction);
 //! - anything that cannot be placed is returned as a [`NonStart`] with the reason.
 //!
+//! At scale, [`plan_reserved`] plans only what must be reserved ahead (exclusive
+//! runs), and [`LightTasks::runs_for`] places a client's light runs (latency
+//! meshes) when it fetches them, with the same result as [`plan`].
+//!
 //! [`place_request`] places an app's on-demand run, preempting lower-priority
 //! runs that have not started when it cannot fit otherwise. [`find_overlaps`]
 //! checks any set of runs (planned or as recorded) for conflicts.
@@ -25,6 +29,7 @@
 //! and Narada Metrics (Bazan-Antequera et al.) / Chard et al. (FGCS 2015); see docs/scheduler.md.
 
 mod claims;
+mod light;
 mod ondemand;
 mod plan;
 pub mod rounds;
@@ -34,7 +39,8 @@ mod types;
 mod verify;
 
 pub use claims::{agent_resource, segment_resource, target_resource, Claim, ClaimMode};
+pub use light::LightTasks;
 pub use ondemand::{place_request, OnDemandRequest, Placement, RequestOutcome, ON_DEMAND_TASK};
-pub use plan::{plan, PlanWindow};
+pub use plan::{is_light, plan, plan_reserved, PlanWindow};
 pub use types::{AgentInfo, CampaignOverload, CampaignSummary, NonStart, Plan, PlannedRun};
 pub use verify::{find_overlaps, Occupancy, Overlap};

@@ -11,6 +11,7 @@ use vantage_model::config::{
 use vantage_model::kinds::{KindRef, Participants, Service};
 
 use crate::claims::{agent_resource, segment_resource, target_resource, Claim, ClaimMode};
+use crate::light::LightTasks;
 use crate::rounds;
 use crate::time::{from_ms, to_ms, to_ms_ceil};
 use crate::timeline::{Blocker, ResourceId, Timeline};
@@ -155,7 +156,7 @@ impl<'a> Planner<'a> {
 
     /// The slot of an external host, created on first use; it is never in a
     /// segment and holds its own resource.
-    fn target_slot(&mut self, target: &str) -> usize {
+    pub fn target_slot(&mut self, target: &str) -> usize {
         let key = target_resource(target);
         if let Some(&index) = self.by_name.get(&key) {
             return index;
@@ -204,7 +205,7 @@ impl<'a> Planner<'a> {
     }
 
     /// The group's runs as rounds of agent-disjoint `(from, to)` flows.
-    fn rounds(
+    pub fn rounds(
         &mut self,
         members: &GroupMembers,
         directions: Directions,
@@ -272,7 +273,7 @@ impl<'a> Planner<'a> {
 
     /// Every agent of the group once, as `(agent, agent)` flows in one round: the
     /// runs of a kind whose agents measure alone (directions mean nothing to them).
-    fn each_agent(&mut self, members: &GroupMembers) -> Vec<Vec<(usize, usize)>> {
+    pub fn each_agent(&mut self, members: &GroupMembers) -> Vec<Vec<(usize, usize)>> {
         let mut agents: Vec<usize> = match members {
             GroupMembers::Mesh(selectors)
             | GroupMembers::External {
@@ -508,7 +509,7 @@ pub(crate) fn reserve_ms(test: &TestDef) -> i64 {
     i64::try_from(test.reserve.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
-fn duration_ms(duration: std::time::Duration) -> i64 {
+pub(crate) fn duration_ms(duration: std::time::Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
@@ -552,13 +553,13 @@ fn stable_hash(seed: u64, text: &str) -> u64 {
     hash ^ (hash >> 31)
 }
 
-fn run_id(task: &str, from: &str, to: &str, occurrence: i64) -> String {
+pub(crate) fn run_id(task: &str, from: &str, to: &str, occurrence: i64) -> String {
     format!("{task}/{from}>{to}/{occurrence}")
 }
 
 /// Scheduling order: higher priority first; at equal priority exclusive
 /// (heavy, hard to fit) before shared before background; then by time.
-fn class_rank(class: SchedulingClass) -> u8 {
+pub(crate) fn class_rank(class: SchedulingClass) -> u8 {
     match class {
         SchedulingClass::Exclusive => 0,
         SchedulingClass::Shared => 1,
@@ -574,6 +575,39 @@ struct TaskPlan<'c> {
     overload: Option<CampaignOverload>,
 }
 
+/// Which runs a planning call places.
+#[derive(Clone, Copy)]
+enum Scope<'l> {
+    /// Every task's runs.
+    Everything,
+    /// Every task's but the light ones' (placed per client as agents fetch them,
+    /// see [`LightTasks`]), and no exclusive campaign starts before
+    /// `exclusive_not_before_ms`: light runs already handed out up to then are
+    /// not passed in.
+    Reserved {
+        light: &'l LightTasks,
+        exclusive_not_before_ms: i64,
+    },
+}
+
+/// Occurrences of `task` whose nominal start lies in `[window_start_ms, window_end_ms)`,
+/// as (occurrence number, nominal start).
+pub(crate) fn occurrences(
+    task: &Task,
+    window_start_ms: i64,
+    window_end_ms: i64,
+) -> impl Iterator<Item = (i64, i64)> {
+    let every_ms = duration_ms(task.every).max(1);
+    let offset_ms = duration_ms(task.offset);
+    let mut first = (window_start_ms - offset_ms).div_euclid(every_ms);
+    if first * every_ms + offset_ms < window_start_ms {
+        first += 1;
+    }
+    (first..)
+        .map(move |occurrence| (occurrence, occurrence * every_ms + offset_ms))
+        .take_while(move |&(_, nominal_ms)| nominal_ms < window_end_ms)
+}
+
 /// Plans every occurrence of every enabled task whose nominal start lies in
 /// the window. `existing` are runs planned earlier (those that may overlap the
 /// window): their resources are respected and runs with the same id are not
@@ -586,14 +620,60 @@ pub fn plan(
     existing: &[PlannedRun],
     seed: u64,
 ) -> Plan {
+    plan_scope(config, agents, window, existing, seed, Scope::Everything)
+}
+
+/// Like [`plan`], but the runs of light tasks are left to [`LightTasks::runs_for`]
+/// (only their flows that no agent can run are reported here, as non-starts), and
+/// no exclusive campaign starts before `exclusive_not_before`. With `light` built
+/// from the same configuration and agents, these runs and each client's light runs
+/// (given these runs as reserved) together are exactly what [`plan`] places.
+pub fn plan_reserved(
+    config: &ValidatedConfig,
+    agents: &[AgentInfo],
+    window: PlanWindow,
+    existing: &[PlannedRun],
+    seed: u64,
+    light: &LightTasks,
+    exclusive_not_before: DateTime<Utc>,
+) -> Plan {
+    let scope = Scope::Reserved {
+        light,
+        exclusive_not_before_ms: to_ms_ceil(exclusive_not_before),
+    };
+    plan_scope(config, agents, window, existing, seed, scope)
+}
+
+fn plan_scope(
+    config: &ValidatedConfig,
+    agents: &[AgentInfo],
+    window: PlanWindow,
+    existing: &[PlannedRun],
+    seed: u64,
+    scope: Scope<'_>,
+) -> Plan {
     // Nominal times are whole milliseconds: rounding both bounds up keeps
     // consecutive windows an exact partition.
     let (window_start_ms, window_end_ms) = (to_ms_ceil(window.start), to_ms_ceil(window.end));
     // Runs of this window start at their nominal time or later, so earlier runs
     // neither conflict with them nor share their ids.
     let mut planner = Planner::new(agents, &config.segments, existing, window_start_ms);
+    let exclusive_not_before_ms = match scope {
+        Scope::Everything => i64::MIN,
+        Scope::Reserved {
+            light,
+            exclusive_not_before_ms,
+        } => {
+            planner
+                .non_starts
+                .extend(light.unplaceable(window_start_ms, window_end_ms));
+            exclusive_not_before_ms
+        }
+    };
 
+    // One job per task occurrence; exclusive tasks place a whole campaign per job.
     let mut task_plans = Vec::new();
+    let mut jobs: Vec<(Reverse<i32>, u8, i64, usize, i64)> = Vec::new();
     for task in config.tasks.iter().filter(|task| task.enabled) {
         let (Some(test), Some(group)) = (config.test(&task.test), config.group(&task.group)) else {
             // validate() rules this out; a hand-built config still gets a reason.
@@ -611,9 +691,31 @@ pub fn plan(
             });
             continue;
         };
-        let rounds = match test.kind.participants {
-            Participants::Pair => planner.rounds(&group.members, task.directions),
-            Participants::Alone => planner.each_agent(&group.members),
+        if matches!(scope, Scope::Reserved { .. }) && is_light(config, task, test) {
+            continue;
+        }
+        let plan_index = task_plans.len();
+        let jobs_before = jobs.len();
+        jobs.extend(occurrences(task, window_start_ms, window_end_ms).map(
+            |(occurrence, nominal_ms)| {
+                (
+                    Reverse(task.priority),
+                    class_rank(test.scheduling),
+                    nominal_ms,
+                    plan_index,
+                    occurrence,
+                )
+            },
+        ));
+        // A task with no occurrence in the window is not expanded into its pairs: a
+        // replanning tick does not walk every pair of a large mesh that is not due.
+        let rounds = if jobs.len() == jobs_before {
+            Vec::new()
+        } else {
+            match test.kind.participants {
+                Participants::Pair => planner.rounds(&group.members, task.directions),
+                Participants::Alone => planner.each_agent(&group.members),
+            }
         };
         task_plans.push(TaskPlan {
             task,
@@ -622,30 +724,8 @@ pub fn plan(
             overload: None,
         });
     }
-
-    // One job per task occurrence; exclusive tasks place a whole campaign per job.
-    let mut jobs: Vec<(Reverse<i32>, u8, i64, usize, i64)> = Vec::new();
-    for (plan_index, task_plan) in task_plans.iter().enumerate() {
-        let every_ms = duration_ms(task_plan.task.every).max(1);
-        let offset_ms = duration_ms(task_plan.task.offset);
-        let mut occurrence = (window_start_ms - offset_ms).div_euclid(every_ms);
-        if occurrence * every_ms + offset_ms < window_start_ms {
-            occurrence += 1;
-        }
-        while occurrence * every_ms + offset_ms < window_end_ms {
-            jobs.push((
-                Reverse(task_plan.task.priority),
-                class_rank(task_plan.test.scheduling),
-                occurrence * every_ms + offset_ms,
-                plan_index,
-                occurrence,
-            ));
-            occurrence += 1;
-        }
-    }
     jobs.sort();
-    // Only campaigns due in this window are estimated, once each: a replanning tick
-    // without one does not walk every pair of every exclusive mesh.
+    // Only campaigns due in this window are estimated, once each.
     let due_campaigns: BTreeSet<usize> = jobs
         .iter()
         .map(|&(_, _, _, plan_index, _)| plan_index)
@@ -659,28 +739,30 @@ pub fn plan(
     }
 
     let mut campaigns = Vec::new();
-    let mut single_runs = Vec::new();
     for &(_, _, nominal_ms, plan_index, occurrence) in &jobs {
         let task_plan = &task_plans[plan_index];
         if task_plan.test.scheduling == SchedulingClass::Exclusive {
             campaigns.push(place_campaign(
                 &mut planner,
                 task_plan,
-                occurrence,
-                nominal_ms,
+                Occurrence {
+                    number: occurrence,
+                    nominal_ms,
+                },
+                exclusive_not_before_ms,
                 seed,
             ));
         } else {
             // Shared and background runs of one occurrence are placed in
             // order of their preferred start, which spreads them over the slip.
-            single_runs.clear();
-            single_runs.extend(task_plan.rounds.iter().flatten().copied());
-            for &(from, to) in &single_runs {
+            for &(from, to) in task_plan.rounds.iter().flatten() {
                 place_single(
                     &mut planner,
-                    task_plan,
-                    occurrence,
-                    nominal_ms,
+                    (task_plan.task, task_plan.test),
+                    Occurrence {
+                        number: occurrence,
+                        nominal_ms,
+                    },
                     (from, to),
                     seed,
                 );
@@ -697,15 +779,45 @@ pub fn plan(
     }
 }
 
-fn place_single(
+/// One occurrence of a task: its number and nominal start.
+#[derive(Clone, Copy)]
+pub(crate) struct Occurrence {
+    pub number: i64,
+    pub nominal_ms: i64,
+}
+
+/// Whether a task's runs can be placed per client when agents fetch them rather
+/// than reserved ahead: they claim nothing (background), or share what they claim
+/// and no exclusive task outranks them, so every exclusive run is placed first
+/// (as [`plan`] orders them) and they only ever fit around exclusive runs, never
+/// around each other.
+pub fn is_light(config: &ValidatedConfig, task: &Task, test: &TestDef) -> bool {
+    match test.scheduling {
+        SchedulingClass::Background => true,
+        SchedulingClass::Exclusive => false,
+        SchedulingClass::Shared => config
+            .tasks
+            .iter()
+            .filter(|other| other.enabled)
+            .filter(|other| {
+                config
+                    .test(&other.test)
+                    .is_some_and(|test| test.scheduling == SchedulingClass::Exclusive)
+            })
+            .all(|other| task.priority <= other.priority),
+    }
+}
+
+pub(crate) fn place_single(
     planner: &mut Planner<'_>,
-    task_plan: &TaskPlan<'_>,
-    occurrence: i64,
-    nominal_ms: i64,
+    (task, test): (&Task, &TestDef),
+    Occurrence {
+        number: occurrence,
+        nominal_ms,
+    }: Occurrence,
     (from, to): (usize, usize),
     seed: u64,
 ) {
-    let (task, test) = (task_plan.task, task_plan.test);
     let id = run_id(
         &task.name,
         &planner.agents[from].name,
@@ -840,18 +952,22 @@ fn campaign_overload(
 fn place_campaign(
     planner: &mut Planner<'_>,
     task_plan: &TaskPlan<'_>,
-    occurrence: i64,
-    nominal_ms: i64,
+    Occurrence {
+        number: occurrence,
+        nominal_ms,
+    }: Occurrence,
+    not_before_ms: i64,
     seed: u64,
 ) -> CampaignSummary {
     let (task, test) = (task_plan.task, task_plan.test);
     let duration = reserve_ms(test);
-    let start_ms = nominal_ms
+    let start_ms = (nominal_ms
         + slip_offset_ms(
             seed,
             &format!("{}/{occurrence}", task.name),
             duration_ms(task.slip),
-        );
+        ))
+    .max(not_before_ms);
     let latest_start_ms = nominal_ms + duration_ms(task.every) - duration;
     let gap_ms = duration_ms(task.round_gap);
     let (runs_before, non_starts_before) = (planner.runs.len(), planner.non_starts.len());

@@ -6,8 +6,8 @@ use chrono::DateTime;
 use proptest::prelude::*;
 use vantage_model::config::{load_config, ValidatedConfig};
 use vantage_scheduler::{
-    find_overlaps, place_request, plan, AgentInfo, Occupancy, OnDemandRequest, Plan, PlanWindow,
-    RequestOutcome,
+    find_overlaps, place_request, plan, plan_reserved, AgentInfo, LightTasks, Occupancy,
+    OnDemandRequest, Plan, PlanWindow, RequestOutcome,
 };
 
 const SITES: [&str; 3] = ["campus", "home", "dc"];
@@ -329,6 +329,47 @@ proptest! {
     }
 
     #[test]
+    fn reserved_runs_and_each_clients_light_runs_are_the_full_plan(scenario in scenario()) {
+        let (config, fleet, window) = (scenario.config(), scenario.fleet(), scenario.window());
+        let full = run_plan(&scenario);
+        let light = LightTasks::new(&config, &fleet);
+        // The latency mesh is light unless the throughput task outranks it.
+        let expected_light: Vec<&str> = if scenario.throughput_priority >= 0 { vec!["lat"] } else { vec![] };
+        prop_assert_eq!(light.task_names().collect::<Vec<_>>(), expected_light);
+        let reserved = plan_reserved(&config, &fleet, window, &[], scenario.seed, &light, window.start);
+        let (mut runs, mut non_starts) = (reserved.runs.clone(), reserved.non_starts.clone());
+        for agent in &fleet {
+            let mine = light.runs_for(&agent.name, window, &reserved.runs, scenario.seed);
+            prop_assert!(mine.runs.iter().all(|run| run.client == agent.name));
+            runs.extend(mine.runs);
+            non_starts.extend(mine.non_starts);
+        }
+        let by_id = |mut plan: Plan| {
+            plan.runs.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+            plan.non_starts.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+            plan
+        };
+        let (full, split) = (by_id(full), by_id(Plan { runs, non_starts, campaigns: reserved.campaigns }));
+        prop_assert_eq!(&split.runs, &full.runs);
+        prop_assert_eq!(&split.non_starts, &full.non_starts);
+        prop_assert_eq!(&split.campaigns, &full.campaigns);
+    }
+
+    #[test]
+    fn no_exclusive_run_starts_before_the_light_runs_handed_out(scenario in scenario(), frontier_s in 0..300i64) {
+        let (config, fleet, window) = (scenario.config(), scenario.fleet(), scenario.window());
+        let light = LightTasks::new(&config, &fleet);
+        let not_before = window.start + chrono::Duration::seconds(frontier_s);
+        let reserved = plan_reserved(&config, &fleet, window, &[], scenario.seed, &light, not_before);
+        for run in reserved.runs.iter().filter(|run| run.task == "tp") {
+            prop_assert!(run.start >= not_before, "{} starts at {} before {}", run.run_id, run.start, not_before);
+        }
+        let occupancies: Vec<Occupancy> = reserved.runs.iter().map(Occupancy::from).collect();
+        let overlaps = find_overlaps(&occupancies);
+        prop_assert!(overlaps.is_empty(), "{:?}", overlaps.first());
+    }
+
+    #[test]
     fn on_demand_runs_fit_or_preempt_only_what_they_may(
         scenario in scenario(),
         pair in (0..9usize, 0..9usize),
@@ -374,4 +415,112 @@ proptest! {
             RequestOutcome::NonStart(non_start) => prop_assert!(!non_start.reason.is_empty()),
         }
     }
+}
+
+/// A thousand agents for a shortened horizon, planned the way the server does at
+/// scale: the exclusive runs reserved ahead, each agent's light runs placed when it
+/// fetches them. Every light flow is placed or a non-start exactly once, and no
+/// conflicting runs overlap: conflicts need an exclusive claim, and every exclusive
+/// run is reserved, so checking the reserved runs with each agent's light runs
+/// checks every pair that could conflict.
+#[test]
+fn a_thousand_agents_plan_without_overlaps() {
+    let fleet: Vec<AgentInfo> = (0..1000)
+        .map(|index| AgentInfo {
+            name: format!("agent-{index:04}"),
+            tags: [("site".to_string(), SITES[index % 3].to_string())]
+                .into_iter()
+                .collect(),
+            accepts_inbound: index % 10 != 0,
+            capabilities: None,
+            iperf3_listener: true,
+        })
+        .collect();
+    let config = load_config(
+        "thousand.toml",
+        r#"
+[[groups]]
+name = "all"
+kind = "mesh"
+members = ["*"]
+
+[[tests]]
+name = "rtt"
+type = "latency"
+spec = { count = 10, interval = "100ms", timeout = "1s" }
+
+[[tests]]
+name = "bulk"
+type = "throughput"
+spec = { duration = "10s" }
+
+[[tasks]]
+name = "lat"
+test = "rtt"
+group = "all"
+every = "60s"
+slip = "50s"
+directions = "both"
+
+[[tasks]]
+name = "tp"
+test = "bulk"
+group = "all"
+every = "1h"
+round_gap = "3s"
+
+[[segments]]
+name = "up"
+members = ["site=campus"]
+"#,
+    )
+    .unwrap_or_else(|errors| panic!("{errors:?}"))
+    .1;
+    // The first minute of an hour: the throughput campaign and one latency occurrence.
+    let start = DateTime::from_timestamp(1_900_000_000 / 3600 * 3600, 0).unwrap();
+    let window = PlanWindow {
+        start,
+        end: start + chrono::Duration::seconds(60),
+    };
+    let light = LightTasks::new(&config, &fleet);
+    assert_eq!(light.flow_count(), 1000 * 999);
+    let reserved = plan_reserved(&config, &fleet, window, &[], 7, &light, window.start);
+    let campaign = &reserved.campaigns[0];
+    assert!(campaign.overload.is_some() && campaign.runs_planned > 0);
+    // What the server passes in: the reserved runs that may overlap the light runs.
+    let light_end = window.end + chrono::Duration::from_std(light.tail()).unwrap();
+    let in_the_way: Vec<_> = reserved
+        .runs
+        .iter()
+        .filter(|run| run.end > window.start && run.start < light_end)
+        .cloned()
+        .collect();
+    // NAT agents cannot serve each other: those pairs are the planner's non-starts.
+    let mut accounted = reserved
+        .non_starts
+        .iter()
+        .filter(|n| n.task == "lat")
+        .count();
+    assert_eq!(accounted, 100 * 99);
+    let mut ids = BTreeSet::new();
+    for agent in &fleet {
+        let mine = light.runs_for(&agent.name, window, &in_the_way, 7);
+        accounted += mine.runs.len() + mine.non_starts.len();
+        for id in mine
+            .runs
+            .iter()
+            .map(|r| &r.run_id)
+            .chain(mine.non_starts.iter().map(|n| &n.run_id))
+        {
+            assert!(ids.insert(id.clone()), "{id} placed twice");
+        }
+        let occupancies: Vec<Occupancy> = in_the_way
+            .iter()
+            .chain(&mine.runs)
+            .map(Occupancy::from)
+            .collect();
+        let overlaps = find_overlaps(&occupancies);
+        assert!(overlaps.is_empty(), "{:?}", overlaps.first());
+    }
+    assert_eq!(accounted, 1000 * 999);
 }

@@ -1052,22 +1052,58 @@ impl Archive {
         rows.iter().map(run_from_row).collect()
     }
 
-    /// Runs holding resources at some point of `[from_us, to_us)` (non-starts hold none).
+    /// Runs (not non-starts) that may hold resources in `[from_us, to_us)`: every
+    /// one with an exclusive claim, and the others only when they end after
+    /// `others_after_us` (light runs end before what a planning pass places can
+    /// reach, and at a thousand agents they are most of the runs stored).
     pub async fn runs_overlapping(
         &self,
         from_us: i64,
         to_us: i64,
+        others_after_us: i64,
     ) -> Result<Vec<RunRecord>, ArchiveError> {
         let rows = sqlx::query(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE planned_end_us > $1 AND planned_start_us < $2 \
-             AND state <> 'non_start' ORDER BY planned_start_us, id"
+             AND state <> 'non_start' AND (exclusive <> 0 OR planned_end_us > $3) \
+             ORDER BY planned_start_us, id"
         ))
         .bind(from_us)
         .bind(to_us)
+        .bind(others_after_us)
         .fetch_all(&self.pool)
         .await
         .map_err(sql("listing planned runs"))?;
         rows.iter().map(run_from_row).collect()
+    }
+
+    /// Planner marks whose name starts with `prefix`, as (rest of the name, value).
+    pub async fn planner_marks(&self, prefix: &str) -> Result<Vec<(String, i64)>, ArchiveError> {
+        let rows =
+            sqlx::query("SELECT name, value FROM planner_state WHERE name LIKE $1 ESCAPE '\\'")
+                .bind(format!("{}%", like_literal(prefix)))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql("reading planner state"))?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                let name: String = row.get("name");
+                Some((name.strip_prefix(prefix)?.to_string(), row.get("value")))
+            })
+            .collect())
+    }
+
+    /// Lowers every planner mark named `prefix…` that is above `value` to it.
+    pub async fn lower_planner_marks(&self, prefix: &str, value: i64) -> Result<(), ArchiveError> {
+        sqlx::query(
+            "UPDATE planner_state SET value = $1 WHERE name LIKE $2 ESCAPE '\\' AND value > $1",
+        )
+        .bind(value)
+        .bind(format!("{}%", like_literal(prefix)))
+        .execute(&self.pool)
+        .await
+        .map_err(sql("storing planner state"))?;
+        Ok(())
     }
 
     /// Removes the forecast from `from_us` on: periodic runs not yet handed to an agent

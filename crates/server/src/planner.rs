@@ -14,12 +14,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sha2::Digest;
 use tokio::sync::watch;
-use vantage_model::config::{validate, MeasurementConfig, TestConfig, TestDef, ValidatedConfig};
+use vantage_model::config::{
+    validate, MeasurementConfig, SchedulingClass, TestConfig, TestDef, ValidatedConfig,
+};
 use vantage_model::control::RunRequest;
 use vantage_model::kinds::KindRef;
 use vantage_scheduler::{
-    place_request, plan, AgentInfo, CampaignOverload, ClaimMode, NonStart, OnDemandRequest,
-    PlanWindow, PlannedRun, RequestOutcome,
+    place_request, plan_reserved, AgentInfo, CampaignOverload, ClaimMode, LightTasks, NonStart,
+    OnDemandRequest, PlanWindow, PlannedRun, RequestOutcome,
 };
 
 use crate::archive::{from_us, now_us, to_us, ArchiveError, RunRecord, RunState};
@@ -104,8 +106,10 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
         .iter()
         .map(|agent| AgentInfo::from(&agent.registration))
         .collect();
+    let planning = state.planning.lock().await;
     let mut stored = plan_window(state, options, config.as_ref(), &agents).await?;
     stored += place_requests(state, options, config.as_ref(), &agents).await?;
+    drop(planning);
     if stored > 0 {
         state.runs_stored.notify_waiters();
     }
@@ -129,6 +133,14 @@ const LEAD_US: i64 = 2_000_000;
 
 const PLANNED_UNTIL: &str = "planned_until_us";
 const PLAN_BASIS: &str = "plan_basis";
+/// Light runs (see [`LightTasks`]) whose nominal start is before this may be placed.
+const LIGHT_UNTIL: &str = "light_until_us";
+/// Every light run placed ends by this: no exclusive run is planned to start before it.
+const LIGHT_FRONTIER: &str = "light_frontier_us";
+/// `light_placed:AGENT`: the agent's light runs are placed up to this nominal start.
+const LIGHT_PLACED: &str = "light_placed:";
+/// Light runs are placed at least this far ahead, however short the horizon.
+const LIGHT_LEAD_US: i64 = 5_000_000;
 
 /// Fingerprint of what a plan depends on besides time: the configuration version and
 /// each agent's name, tags and reachability (not its address or port, which runs
@@ -146,16 +158,18 @@ fn plan_basis(version: i64, agents: &[AgentInfo]) -> i64 {
 }
 
 /// Runs already stored that may hold resources in `[from_us, to_us)`, as the scheduler
-/// sees them. Runs already handed to agents cannot be moved or cancelled, so they are
-/// given the highest priority (on-demand requests never preempt them).
+/// sees them: the exclusive ones, and the others that end after `others_after_us`.
+/// Runs already handed to agents cannot be moved or cancelled, so they are given the
+/// highest priority (on-demand requests never preempt them).
 async fn existing_runs(
     state: &ServerState,
     window_start_us: i64,
     window_end_us: i64,
+    others_after_us: i64,
 ) -> Result<Vec<PlannedRun>, ArchiveError> {
     Ok(state
         .archive
-        .runs_overlapping(window_start_us, window_end_us)
+        .runs_overlapping(window_start_us, window_end_us, others_after_us)
         .await?
         .into_iter()
         .filter_map(|run| {
@@ -321,6 +335,9 @@ async fn plan_window(
     if archive.planner_mark(PLAN_BASIS).await? != Some(basis) {
         start_us = now + LEAD_US;
         let discarded = archive.discard_forecast(start_us).await?;
+        // Light runs placed but not yet handed out were discarded too: place them again.
+        archive.lower_planner_marks(LIGHT_PLACED, start_us).await?;
+        archive.lower_planner_marks(LIGHT_UNTIL, start_us).await?;
         archive.set_planner_mark(PLAN_BASIS, basis).await?;
         tracing::info!(version, agents = agents.len(), discarded, "replanning");
     }
@@ -328,23 +345,83 @@ async fn plan_window(
     if start_us >= end_us {
         return Ok(0);
     }
+    let light = light_tasks(state, basis, config, agents);
+    // Light runs already handed out end by the frontier: no exclusive run starts
+    // before it, so they need not be loaded (at a thousand agents they are most of
+    // the runs stored).
+    let light_frontier_us = archive.planner_mark(LIGHT_FRONTIER).await?;
     // Runs of this window may be placed well after its end (pushed along their slip, or a
     // campaign spread over its period), where earlier passes have placed runs too: every
     // stored run from the window's start on is in the way, not only those starting in it.
     // Runs that end before the window cannot be in its way (the scheduler ignores
     // them), so none are loaded: the cost of a pass does not grow with history. One
     // millisecond of margin covers the scheduler's rounding to milliseconds.
-    let existing = existing_runs(state, start_us - 1_000, i64::MAX).await?;
+    let existing = existing_runs(
+        state,
+        start_us - 1_000,
+        i64::MAX,
+        light_frontier_us.unwrap_or(i64::MIN),
+    )
+    .await?;
     let window = PlanWindow {
         start: from_us(start_us),
         end: from_us(end_us),
     };
-    let planned = plan(config, agents, window, &existing, *version as u64);
+    let exclusive_not_before = light_frontier_us.map_or(window.start, from_us);
+    let planned = plan_reserved(
+        config,
+        agents,
+        window,
+        &existing,
+        *version as u64,
+        &light,
+        exclusive_not_before,
+    );
     for campaign in &planned.campaigns {
         if let Some(overload) = &campaign.overload {
             overload_alert(state, &campaign.task, overload, basis).await?;
         }
     }
+    let stored = store_plan(state, config, planned).await?;
+    archive.set_planner_mark(PLANNED_UNTIL, end_us).await?;
+    // Light runs may now be handed out up to where every run in their way is planned,
+    // and, when exclusive tasks are configured, no further than lets them end before
+    // the next window (then its exclusive runs never wait for them); but at least a
+    // few seconds ahead, so that agents get them before they are due, however short
+    // the horizon.
+    let tail_us = micros(light.tail());
+    let exclusive_tasks = config.tasks.iter().any(|task| {
+        task.enabled
+            && config
+                .test(&task.test)
+                .is_some_and(|test| test.scheduling == SchedulingClass::Exclusive)
+    });
+    let holdback_us = if exclusive_tasks { tail_us } else { 0 };
+    let light_until_us = (end_us - holdback_us)
+        .max(now + LIGHT_LEAD_US)
+        .min(end_us)
+        .max(archive.planner_mark(LIGHT_UNTIL).await?.unwrap_or(i64::MIN));
+    archive
+        .set_planner_mark(
+            LIGHT_FRONTIER,
+            light_frontier_us
+                .unwrap_or(i64::MIN)
+                .max(light_until_us + tail_us),
+        )
+        .await?;
+    archive
+        .set_planner_mark(LIGHT_UNTIL, light_until_us)
+        .await?;
+    let unfetched = record_unfetched_light_runs(state, options, config, &light, (now, *version));
+    Ok(stored + unfetched.await?)
+}
+
+/// Stores a plan's runs and non-starts (raising an alert for each non-start).
+async fn store_plan(
+    state: &ServerState,
+    config: &ValidatedConfig,
+    planned: vantage_scheduler::Plan,
+) -> Result<u64, ArchiveError> {
     let type_of = |test_name: &str| {
         config
             .test(test_name)
@@ -360,10 +437,166 @@ async fn plan_window(
         .collect();
     let mut records: Vec<RunRecord> = planned.runs.into_iter().map(planned_record).collect();
     records.extend(non_starts.iter().cloned());
-    let stored = archive.insert_runs(&records).await?;
-    archive.set_planner_mark(PLANNED_UNTIL, end_us).await?;
+    let stored = state.archive.insert_runs(&records).await?;
     for record in &non_starts {
         non_start_alert(state, record).await?;
+    }
+    Ok(stored)
+}
+
+/// The light tasks of the configuration and agent set with plan basis `basis`,
+/// worked out once per basis.
+fn light_tasks(
+    state: &ServerState,
+    basis: i64,
+    config: &ValidatedConfig,
+    agents: &[AgentInfo],
+) -> Arc<LightTasks> {
+    let mut cached = state
+        .light_tasks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match &*cached {
+        Some((cached_basis, light)) if *cached_basis == basis => Arc::clone(light),
+        _ => {
+            let light = Arc::new(LightTasks::new(config, agents));
+            *cached = Some((basis, Arc::clone(&light)));
+            light
+        }
+    }
+}
+
+/// Places `client`'s light runs whose nominal start lies in `[from_us, until_us)` and
+/// stores them (and their non-starts), around the exclusive runs stored in their way.
+async fn place_light_window(
+    state: &ServerState,
+    config: &ValidatedConfig,
+    light: &LightTasks,
+    client: &str,
+    (start_us, until_us): (i64, i64),
+    seed: u64,
+) -> Result<u64, ArchiveError> {
+    if start_us >= until_us {
+        return Ok(0);
+    }
+    let in_the_way = existing_runs(
+        state,
+        start_us - 1_000,
+        until_us + micros(light.tail()) + 1_000,
+        i64::MAX,
+    )
+    .await?;
+    let window = PlanWindow {
+        start: from_us(start_us),
+        end: from_us(until_us),
+    };
+    let placed = light.runs_for(client, window, &in_the_way, seed);
+    let stored = store_plan(state, config, placed).await?;
+    state
+        .archive
+        .set_planner_mark(&format!("{LIGHT_PLACED}{client}"), until_us)
+        .await?;
+    Ok(stored)
+}
+
+/// Places the light runs `agent` has not been given yet, up to where the planner has
+/// planned every run in their way; called when the agent fetches its runs. Nothing is
+/// placed while the planner has not yet planned the current configuration and agent
+/// set (it replans on its next tick).
+pub async fn place_light_runs(
+    state: &ServerState,
+    agent: &str,
+    agents: &[AgentInfo],
+) -> Result<u64, ArchiveError> {
+    let archive = &state.archive;
+    let placed_mark = format!("{LIGHT_PLACED}{agent}");
+    // Agents ask every second: most often everything due is placed already.
+    let marks = || async {
+        Ok::<_, ArchiveError>((
+            archive.planner_mark(LIGHT_UNTIL).await?,
+            archive.planner_mark(&placed_mark).await?,
+        ))
+    };
+    let up_to_date = |(until_us, from_us): (Option<i64>, Option<i64>)| match (until_us, from_us) {
+        (None, _) => true,
+        (Some(until_us), Some(from_us)) => from_us >= until_us,
+        (Some(_), None) => false,
+    };
+    if up_to_date(marks().await?) {
+        return Ok(0);
+    }
+    let _planning = state.planning.lock().await;
+    let (Some(until_us), from_us) = marks().await? else {
+        return Ok(0);
+    };
+    let Some((version, config)) = config_store::current(archive).await? else {
+        return Ok(0);
+    };
+    let basis = plan_basis(version, agents);
+    if archive.planner_mark(PLAN_BASIS).await? != Some(basis) {
+        return Ok(0);
+    }
+    let light = light_tasks(state, basis, &config, agents);
+    if !light.is_client(agent) {
+        archive.set_planner_mark(&placed_mark, until_us).await?;
+        return Ok(0);
+    }
+    let from_us = from_us.unwrap_or_else(now_us);
+    place_light_window(
+        state,
+        &config,
+        &light,
+        agent,
+        (from_us, until_us),
+        version as u64,
+    )
+    .await
+}
+
+/// How far back the planner records the light runs of an agent that fetched nothing
+/// (older ones fell due while no server was planning, and are not recorded late).
+const UNFETCHED_LOOKBACK_US: i64 = 60_000_000;
+
+/// Light runs exist once their client fetches them. For agents that have fetched
+/// nothing for longer than the miss grace, the planner stores their light runs up to
+/// then, and the next pass records them as missed, as it does reserved runs.
+async fn record_unfetched_light_runs(
+    state: &ServerState,
+    options: &PlannerOptions,
+    config: &ValidatedConfig,
+    light: &LightTasks,
+    (now, version): (i64, i64),
+) -> Result<u64, ArchiveError> {
+    let archive = &state.archive;
+    let placed: std::collections::HashMap<String, i64> = archive
+        .planner_marks(LIGHT_PLACED)
+        .await?
+        .into_iter()
+        .collect();
+    let overdue_us = now - micros(options.miss_grace);
+    let mut stored = 0;
+    for client in light.clients() {
+        match placed.get(client) {
+            // An agent new to the light tasks is given them from now on.
+            None => {
+                archive
+                    .set_planner_mark(&format!("{LIGHT_PLACED}{client}"), now)
+                    .await?
+            }
+            Some(&from_us) if from_us < overdue_us => {
+                let from_us = from_us.max(overdue_us - UNFETCHED_LOOKBACK_US);
+                stored += place_light_window(
+                    state,
+                    config,
+                    light,
+                    client,
+                    (from_us, overdue_us),
+                    version as u64,
+                )
+                .await?;
+            }
+            Some(_) => {}
+        }
     }
     Ok(stored)
 }
@@ -502,6 +735,7 @@ async fn place_requests(
                     state,
                     to_us(not_before) - REQUEST_LOOKBACK_US,
                     to_us(not_after) + REQUEST_LOOKBACK_US,
+                    i64::MIN,
                 )
                 .await?;
                 match place_request(now, &on_demand, agents, segments, &existing) {

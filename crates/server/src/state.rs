@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use vantage_analysis::health::MarkerSettings;
+use vantage_scheduler::LightTasks;
 
 use crate::archive::{now_us, Archive, ArchiveError, TokenGrant};
 use crate::archivers::ArchiverQueue;
@@ -47,6 +48,12 @@ pub struct ServerState {
     ticket_keys: RwLock<(Arc<Keyring>, Instant)>,
     /// Deadline transfers and their Calibers plan.
     pub transfers: TransferDesk,
+    /// The light tasks of the applied configuration and agent set, worked out once
+    /// per plan basis (see [`crate::planner`]).
+    pub light_tasks: std::sync::Mutex<Option<(i64, Arc<LightTasks>)>>,
+    /// Held while a planning pass reads and stores runs, and while an agent's light
+    /// runs are placed: light runs placed in between would not be in the pass's way.
+    pub planning: tokio::sync::Mutex<()>,
 }
 
 impl ServerState {
@@ -96,6 +103,8 @@ impl ServerState {
             archivers,
             tasks: Arc::default(),
             transfers: TransferDesk::new(transfers),
+            light_tasks: std::sync::Mutex::new(None),
+            planning: tokio::sync::Mutex::new(()),
         });
         state.refresh_agent_tags().await?;
         Ok(state)

@@ -10,7 +10,7 @@ use common::{Api, Kind, TestDb};
 use fixtures::{latency_result, run_record, upload};
 use serde_json::json;
 use vantage_model::control::ResultUpload;
-use vantage_scheduler::ClaimMode;
+use vantage_scheduler::{AgentInfo, ClaimMode};
 use vantage_server::archive::{now_us, Ingest, RunRecord, RunState};
 use vantage_server::planner::PlannerOptions;
 
@@ -1409,6 +1409,32 @@ async fn register_agent(archive: &vantage_server::archive::Archive, name: &str) 
         .unwrap();
 }
 
+/// The registered agents as the scheduler sees them.
+async fn fleet_of(archive: &vantage_server::archive::Archive) -> Vec<AgentInfo> {
+    archive
+        .agents()
+        .await
+        .unwrap()
+        .iter()
+        .map(|agent| AgentInfo::from(&agent.registration))
+        .collect()
+}
+
+/// Conflicting overlaps among stored runs' planned times (non-starts hold nothing).
+fn stored_overlaps(runs: &[RunRecord]) -> Vec<vantage_scheduler::Overlap> {
+    let occupancy: Vec<vantage_scheduler::Occupancy> = runs
+        .iter()
+        .filter(|run| run.state != RunState::NonStart)
+        .map(|run| vantage_scheduler::Occupancy {
+            run_id: run.id.clone(),
+            start: vantage_server::archive::from_us(run.planned_start_us),
+            end: vantage_server::archive::from_us(run.planned_end_us),
+            claims: run.claims.clone(),
+        })
+        .collect();
+    vantage_scheduler::find_overlaps(&occupancy)
+}
+
 /// A pass places runs beyond its window's end (here the last occurrences, whose
 /// reservation outlasts the window); a run an agent already holds there must be in its way
 /// even though it starts after the window.
@@ -1446,19 +1472,16 @@ async fn runs_after_the_window_scenario(kind: Kind) {
     assert!(vantage_server::planner::tick(&state, &options)
         .await
         .unwrap());
+    // Latency runs are light: each is placed when its client fetches it.
+    let fleet = fleet_of(&archive).await;
+    for agent in &fleet {
+        vantage_server::planner::place_light_runs(&state, &agent.name, &fleet)
+            .await
+            .unwrap();
+    }
 
     let runs = archive.runs_between(0, i64::MAX).await.unwrap();
-    let occupancy: Vec<vantage_scheduler::Occupancy> = runs
-        .iter()
-        .filter(|run| run.state != RunState::NonStart)
-        .map(|run| vantage_scheduler::Occupancy {
-            run_id: run.id.clone(),
-            start: vantage_server::archive::from_us(run.planned_start_us),
-            end: vantage_server::archive::from_us(run.planned_end_us),
-            claims: run.claims.clone(),
-        })
-        .collect();
-    let overlaps = vantage_scheduler::find_overlaps(&occupancy);
+    let overlaps = stored_overlaps(&runs);
     assert!(
         overlaps.is_empty(),
         "planned on top of a held run: {overlaps:#?}"
@@ -1478,6 +1501,93 @@ async fn runs_placed_after_the_window_are_respected_on_sqlite() {
 #[tokio::test]
 async fn runs_placed_after_the_window_are_respected_on_postgres() {
     runs_after_the_window_scenario(Kind::Postgres).await;
+}
+
+/// Latency runs (light) are stored only once their client fetches them, placed around
+/// the exclusive runs the planner reserved; an agent that fetches nothing still has
+/// its light runs recorded as missed.
+async fn light_runs_scenario(kind: Kind) {
+    let (_db, archive, state) = planner_scenario(kind, "light", &["m1", "m2", "m3", "m4"]).await;
+    vantage_server::config_store::apply(
+        &archive,
+        &json!({
+            "groups": [{"name": "all", "kind": "mesh", "members": ["*"]}],
+            "tests": [{"name": "rtt", "type": "latency", "spec": {"count": 1, "timeout": "1s"}},
+                      {"name": "bulk", "type": "throughput", "spec": {"duration": "1s"}}],
+            "tasks": [{"name": "lat", "test": "rtt", "group": "all", "every": "4s", "slip": "1s",
+                       "directions": "one"},
+                      {"name": "tp", "test": "bulk", "group": "all", "every": "10s",
+                       "directions": "one"}]
+        }),
+    )
+    .await
+    .unwrap();
+    let options = PlannerOptions {
+        horizon: Duration::from_secs(20),
+        miss_grace: Duration::from_secs(1),
+        ..PlannerOptions::default()
+    };
+    assert!(vantage_server::planner::tick(&state, &options)
+        .await
+        .unwrap());
+    let runs = archive.runs_between(0, i64::MAX).await.unwrap();
+    assert!(runs.iter().any(|run| run.task == "tp"), "{runs:#?}");
+    assert!(runs.iter().all(|run| run.task == "tp"), "{runs:#?}");
+
+    let fleet = fleet_of(&archive).await;
+    let placed = vantage_server::planner::place_light_runs(&state, "m1", &fleet)
+        .await
+        .unwrap();
+    assert!(placed > 0);
+    // Fetching again places nothing new.
+    assert_eq!(
+        vantage_server::planner::place_light_runs(&state, "m1", &fleet)
+            .await
+            .unwrap(),
+        0
+    );
+    let runs = archive.runs_between(0, i64::MAX).await.unwrap();
+    let light: Vec<&RunRecord> = runs.iter().filter(|run| run.task == "lat").collect();
+    assert_eq!(light.len() as u64, placed);
+    assert!(light.iter().all(|run| run.client == "m1"), "{light:#?}");
+    let overlaps = stored_overlaps(&runs);
+    assert!(overlaps.is_empty(), "{overlaps:#?}");
+
+    // m2, m3 and m4 fetch nothing: once overdue, their light runs are recorded as missed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let missed = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        vantage_server::planner::tick(&state, &options)
+            .await
+            .unwrap();
+        let runs = archive.runs_between(0, i64::MAX).await.unwrap();
+        let missed: Vec<RunRecord> = runs
+            .into_iter()
+            .filter(|run| run.task == "lat" && run.state == RunState::Missed && run.client != "m1")
+            .collect();
+        if !missed.is_empty() || tokio::time::Instant::now() > deadline {
+            break missed;
+        }
+    };
+    assert!(
+        !missed.is_empty(),
+        "no light run of an agent that fetched nothing was recorded as missed"
+    );
+    assert!(missed.iter().all(|run| run
+        .reason
+        .as_deref()
+        .unwrap_or_default()
+        .contains("never fetched")));
+}
+
+#[tokio::test]
+async fn light_runs_are_placed_when_fetched_on_sqlite() {
+    light_runs_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn light_runs_are_placed_when_fetched_on_postgres() {
+    light_runs_scenario(Kind::Postgres).await;
 }
 
 /// A throughput mesh that cannot fit its period is sampled and said once: no run
