@@ -24,7 +24,7 @@ use vantage_scheduler::{
     OnDemandRequest, PlanWindow, PlannedRun, RequestOutcome,
 };
 
-use crate::archive::{from_us, now_us, to_us, ArchiveError, RunRecord, RunState};
+use crate::archive::{from_us, now_us, to_us, Archive, ArchiveError, RunRecord, RunState};
 use crate::config_store;
 use crate::events::Alert;
 use crate::state::ServerState;
@@ -100,12 +100,7 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
         run_alert(state, &run, &run.test, "missed").await?;
     }
     let config = config_store::current(&state.archive).await?;
-    let agents: Vec<AgentInfo> = archive
-        .agents()
-        .await?
-        .iter()
-        .map(|agent| AgentInfo::from(&agent.registration))
-        .collect();
+    let agents = registered_agents(archive).await?;
     let planning = state.planning.lock().await;
     let mut stored = plan_window(state, options, config.as_ref(), &agents).await?;
     stored += place_requests(state, options, config.as_ref(), &agents).await?;
@@ -122,6 +117,16 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
         }
     }
     Ok(true)
+}
+
+/// The registered agents as the scheduler sees them.
+async fn registered_agents(archive: &Archive) -> Result<Vec<AgentInfo>, ArchiveError> {
+    Ok(archive
+        .agents()
+        .await?
+        .iter()
+        .map(|agent| AgentInfo::from(&agent.registration))
+        .collect())
 }
 
 /// How far back an on-demand request looks for a run it already placed (a retried
@@ -503,11 +508,7 @@ async fn place_light_window(
 /// planned every run in their way; called when the agent fetches its runs. Nothing is
 /// placed while the planner has not yet planned the current configuration and agent
 /// set (it replans on its next tick).
-pub async fn place_light_runs(
-    state: &ServerState,
-    agent: &str,
-    agents: &[AgentInfo],
-) -> Result<u64, ArchiveError> {
+pub async fn place_light_runs(state: &ServerState, agent: &str) -> Result<u64, ArchiveError> {
     let archive = &state.archive;
     let placed_mark = format!("{LIGHT_PLACED}{agent}");
     // Agents ask every second: most often everything due is placed already.
@@ -532,11 +533,13 @@ pub async fn place_light_runs(
     let Some((version, config)) = config_store::current(archive).await? else {
         return Ok(0);
     };
-    let basis = plan_basis(version, agents);
+    // The agent set as it is now: a long poll outlives registrations.
+    let agents = registered_agents(archive).await?;
+    let basis = plan_basis(version, &agents);
     if archive.planner_mark(PLAN_BASIS).await? != Some(basis) {
         return Ok(0);
     }
-    let light = light_tasks(state, basis, &config, agents);
+    let light = light_tasks(state, basis, &config, &agents);
     if !light.is_client(agent) {
         archive.set_planner_mark(&placed_mark, until_us).await?;
         return Ok(0);

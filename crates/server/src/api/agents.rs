@@ -16,7 +16,6 @@ use super::common::{
 };
 use crate::archive::now_us;
 use crate::dispatch::assign;
-use vantage_scheduler::AgentInfo;
 
 pub(super) async fn list_agents(
     State(state): State<AppState>,
@@ -117,17 +116,13 @@ pub(super) async fn assigned_runs(
         ));
     }
     state.archive.touch_agent(&name).await?;
-    let infos: Vec<AgentInfo> = agents
-        .iter()
-        .map(|agent| AgentInfo::from(&agent.registration))
-        .collect();
     let deadline =
         tokio::time::Instant::now() + Duration::from_secs(query.wait_s.min(MAX_LONG_POLL_S));
     let mut stopping = state.stopping.subscribe();
     loop {
         let horizon_us =
             now_us() + i64::try_from(query.horizon_s.min(3600)).unwrap_or(60) * 1_000_000;
-        crate::planner::place_light_runs(&state, &name, &infos).await?;
+        crate::planner::place_light_runs(&state, &name).await?;
         let runs = state
             .archive
             .take_runs_for(&name, horizon_us, query.include_dispatched)
