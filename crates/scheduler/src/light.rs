@@ -11,7 +11,6 @@
 //! [`LightTasks::runs_for`]. The pairs and their orientation are worked out
 //! once per configuration and agent set ([`LightTasks::new`]).
 
-use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -19,7 +18,8 @@ use vantage_model::config::ValidatedConfig;
 use vantage_model::kinds::Participants;
 
 use crate::plan::{
-    class_rank, is_light, occurrences, place_single, run_id, Occurrence, PlanWindow, Planner,
+    exclusive_tasks, is_light, jobs_of, occurrences, place_single, run_id, Job, Occurrence,
+    PlanWindow, Planner,
 };
 use crate::time::{from_ms, to_ms_ceil};
 use crate::types::{AgentInfo, NonStart, Plan, PlannedRun};
@@ -148,6 +148,18 @@ impl LightTasks {
             .unwrap_or_default()
     }
 
+    /// How much earlier than the end of the planned window light runs stop being
+    /// handed out: their tail when exclusive tasks are configured (so light runs end
+    /// before the next window, whose exclusive runs then never wait for them), none
+    /// otherwise.
+    pub fn holdback(&self) -> Duration {
+        if exclusive_tasks(&self.config).next().is_some() {
+            self.tail()
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// The light runs `client` runs whose nominal start lies in the window, placed
     /// as [`plan`](crate::plan) would place them: each from its deterministic
     /// point in the slip at the earliest start free of `reserved` runs' exclusive
@@ -170,22 +182,17 @@ impl LightTasks {
             reserved,
             window_start_ms,
         );
-        let mut jobs: Vec<(Reverse<i32>, u8, i64, usize, i64)> = Vec::new();
+        let mut jobs: Vec<Job> = Vec::new();
         for &position in &self.tasks {
             let task = &self.config.tasks[position];
             let Some(test) = self.config.test(&task.test) else {
                 continue;
             };
-            jobs.extend(occurrences(task, window_start_ms, window_end_ms).map(
-                |(occurrence, nominal_ms)| {
-                    (
-                        Reverse(task.priority),
-                        class_rank(test.scheduling),
-                        nominal_ms,
-                        position,
-                        occurrence,
-                    )
-                },
+            jobs.extend(jobs_of(
+                (task, test),
+                position,
+                window_start_ms,
+                window_end_ms,
             ));
         }
         jobs.sort();

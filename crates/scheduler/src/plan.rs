@@ -509,7 +509,7 @@ pub(crate) fn reserve_ms(test: &TestDef) -> i64 {
     i64::try_from(test.reserve.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
-pub(crate) fn duration_ms(duration: std::time::Duration) -> i64 {
+fn duration_ms(duration: std::time::Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
@@ -559,7 +559,7 @@ pub(crate) fn run_id(task: &str, from: &str, to: &str, occurrence: i64) -> Strin
 
 /// Scheduling order: higher priority first; at equal priority exclusive
 /// (heavy, hard to fit) before shared before background; then by time.
-pub(crate) fn class_rank(class: SchedulingClass) -> u8 {
+fn class_rank(class: SchedulingClass) -> u8 {
     match class {
         SchedulingClass::Exclusive => 0,
         SchedulingClass::Shared => 1,
@@ -588,6 +588,29 @@ enum Scope<'l> {
         light: &'l LightTasks,
         exclusive_not_before_ms: i64,
     },
+}
+
+/// One task occurrence to place, as (priority, class rank, nominal start, task
+/// index, occurrence): sorted, the scheduling order of [`class_rank`].
+pub(crate) type Job = (Reverse<i32>, u8, i64, usize, i64);
+
+/// The jobs of `task`'s occurrences in `[window_start_ms, window_end_ms)`, each
+/// carrying `index` to find the task again.
+pub(crate) fn jobs_of<'t>(
+    (task, test): (&'t Task, &'t TestDef),
+    index: usize,
+    window_start_ms: i64,
+    window_end_ms: i64,
+) -> impl Iterator<Item = Job> + 't {
+    occurrences(task, window_start_ms, window_end_ms).map(move |(occurrence, nominal_ms)| {
+        (
+            Reverse(task.priority),
+            class_rank(test.scheduling),
+            nominal_ms,
+            index,
+            occurrence,
+        )
+    })
 }
 
 /// Occurrences of `task` whose nominal start lies in `[window_start_ms, window_end_ms)`,
@@ -673,7 +696,7 @@ fn plan_scope(
 
     // One job per task occurrence; exclusive tasks place a whole campaign per job.
     let mut task_plans = Vec::new();
-    let mut jobs: Vec<(Reverse<i32>, u8, i64, usize, i64)> = Vec::new();
+    let mut jobs: Vec<Job> = Vec::new();
     for task in config.tasks.iter().filter(|task| task.enabled) {
         let (Some(test), Some(group)) = (config.test(&task.test), config.group(&task.group)) else {
             // validate() rules this out; a hand-built config still gets a reason.
@@ -696,16 +719,11 @@ fn plan_scope(
         }
         let plan_index = task_plans.len();
         let jobs_before = jobs.len();
-        jobs.extend(occurrences(task, window_start_ms, window_end_ms).map(
-            |(occurrence, nominal_ms)| {
-                (
-                    Reverse(task.priority),
-                    class_rank(test.scheduling),
-                    nominal_ms,
-                    plan_index,
-                    occurrence,
-                )
-            },
+        jobs.extend(jobs_of(
+            (task, test),
+            plan_index,
+            window_start_ms,
+            window_end_ms,
         ));
         // A task with no occurrence in the window is not expanded into its pairs: a
         // replanning tick does not walk every pair of a large mesh that is not due.
@@ -795,17 +813,20 @@ pub fn is_light(config: &ValidatedConfig, task: &Task, test: &TestDef) -> bool {
     match test.scheduling {
         SchedulingClass::Background => true,
         SchedulingClass::Exclusive => false,
-        SchedulingClass::Shared => config
-            .tasks
-            .iter()
-            .filter(|other| other.enabled)
-            .filter(|other| {
-                config
-                    .test(&other.test)
-                    .is_some_and(|test| test.scheduling == SchedulingClass::Exclusive)
-            })
-            .all(|other| task.priority <= other.priority),
+        SchedulingClass::Shared => {
+            exclusive_tasks(config).all(|exclusive| task.priority <= exclusive.priority)
+        }
     }
+}
+
+/// The enabled tasks whose test is exclusive.
+pub(crate) fn exclusive_tasks(config: &ValidatedConfig) -> impl Iterator<Item = &Task> {
+    config.tasks.iter().filter(|task| {
+        task.enabled
+            && config
+                .test(&task.test)
+                .is_some_and(|test| test.scheduling == SchedulingClass::Exclusive)
+    })
 }
 
 pub(crate) fn place_single(

@@ -14,9 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sha2::Digest;
 use tokio::sync::watch;
-use vantage_model::config::{
-    validate, MeasurementConfig, SchedulingClass, TestConfig, TestDef, ValidatedConfig,
-};
+use vantage_model::config::{validate, MeasurementConfig, TestConfig, TestDef, ValidatedConfig};
 use vantage_model::control::RunRequest;
 use vantage_model::kinds::KindRef;
 use vantage_scheduler::{
@@ -390,19 +388,10 @@ async fn plan_window(
     let stored = store_plan(state, config, planned).await?;
     archive.set_planner_mark(PLANNED_UNTIL, end_us).await?;
     // Light runs may now be handed out up to where every run in their way is planned,
-    // and, when exclusive tasks are configured, no further than lets them end before
-    // the next window (then its exclusive runs never wait for them); but at least a
-    // few seconds ahead, so that agents get them before they are due, however short
-    // the horizon.
+    // less their holdback; but at least a few seconds ahead, so that agents get them
+    // before they are due, however short the horizon.
     let tail_us = micros(light.tail());
-    let exclusive_tasks = config.tasks.iter().any(|task| {
-        task.enabled
-            && config
-                .test(&task.test)
-                .is_some_and(|test| test.scheduling == SchedulingClass::Exclusive)
-    });
-    let holdback_us = if exclusive_tasks { tail_us } else { 0 };
-    let light_until_us = (end_us - holdback_us)
+    let light_until_us = (end_us - micros(light.holdback()))
         .max(now + LIGHT_LEAD_US)
         .min(end_us)
         .max(archive.planner_mark(LIGHT_UNTIL).await?.unwrap_or(i64::MIN));
