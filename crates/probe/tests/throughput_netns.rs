@@ -235,11 +235,12 @@ fn client_run(path: &ShapedPath, spec: ThroughputSpec) -> ThroughputResult {
     .unwrap_or_else(|e| panic!("client run failed: {e}"))
 }
 
-/// Stock `iperf3 -c` in the client namespace; the receiver's rate (`-J`).
+/// Stock `iperf3 -c` in the client namespace; the receiver's rate (`-J`) and, over
+/// TCP, the sender's retransmits.
 ///
 /// A stock `iperf3 -s` re-creates its listener after every test, so a refused or
 /// reset control connection right after the previous test is retried (briefly).
-fn stock_client(path: &ShapedPath, port: u16, extra: &[&str]) -> f64 {
+fn stock_client(path: &ShapedPath, port: u16, extra: &[&str]) -> Measured {
     let port = port.to_string();
     let mut args = vec![
         "iperf3", "-c", SERVER_IP, "-p", &port, "-t", "3", "-O", "1", "-J",
@@ -276,7 +277,41 @@ fn stock_client(path: &ShapedPath, port: u16, extra: &[&str]) -> f64 {
         end["sum_received"]["bits_per_second"].as_f64().unwrap()
     };
     assert!(bps > 0.0, "iperf3 -c {extra:?}: {json}");
-    bps
+    Measured {
+        rate_bps: bps,
+        retransmits: end["sum_sent"]["retransmits"].as_u64(),
+    }
+}
+
+/// One run's delivered rate and, over TCP, how many segments its sender retransmitted.
+#[derive(Debug)]
+struct Measured {
+    rate_bps: f64,
+    retransmits: Option<u64>,
+}
+
+impl From<&ThroughputResult> for Measured {
+    fn from(result: &ThroughputResult) -> Self {
+        Measured {
+            rate_bps: result.summary.received_bps,
+            retransmits: result.summary.retransmits,
+        }
+    }
+}
+
+/// A TCP rate through the shaped path, measured once more when the first run
+/// retransmitted. One flow never fills the shaper's 50 ms queue (it runs at 5–6 ms), so
+/// the path itself loses nothing: a run that lost segments was disturbed by the host
+/// (on a shared 2-core VM, a receiver or the router starved of CPU long enough to drop
+/// and then stall the flow; seen once in CI: 109 retransmits and 11 % below the
+/// reference). Comparing tools needs runs of the path, not of the host's hiccups.
+fn undisturbed_tcp(what: &str, mut measure: impl FnMut() -> Measured) -> Measured {
+    let first = measure();
+    if first.retransmits.unwrap_or(0) == 0 {
+        return first;
+    }
+    eprintln!("{what}: {first:?} on a loss-free path; measured once more");
+    measure()
 }
 
 fn stock_server(path: &ShapedPath) -> (Reaped, u16) {
@@ -391,8 +426,9 @@ fn iperf3_interop_rates_agree_within_10_percent_on_a_shaped_path() {
     let servers = Servers::start(&path);
     let (_stock, stock_port) = stock_server(&path);
     // Reference: Debian's iperf3 against itself.
-    let reference_tcp = stock_client(&path, stock_port, &[]);
-    let reference_udp = stock_client(&path, stock_port, &["-u", "-b", "80M"]);
+    let reference_tcp = undisturbed_tcp("reference TCP", || stock_client(&path, stock_port, &[]));
+    let reference_tcp = reference_tcp.rate_bps;
+    let reference_udp = stock_client(&path, stock_port, &["-u", "-b", "80M"]).rate_bps;
     assert!(
         within(reference_tcp, 95e6, 0.1),
         "reference TCP {reference_tcp}"
@@ -401,10 +437,12 @@ fn iperf3_interop_rates_agree_within_10_percent_on_a_shaped_path() {
     // vantage client (iperf3 protocol) → stock iperf3 server.
     let mut tcp = spec(stock_port, 3);
     tcp.tool = ThroughputTool::Iperf3;
-    let ours = client_run(&path, tcp.clone()).summary.received_bps;
+    let ours = undisturbed_tcp("vantage→iperf3 TCP", || {
+        Measured::from(&client_run(&path, tcp.clone()))
+    });
     assert!(
-        within(ours, reference_tcp, 0.1),
-        "vantage→iperf3 TCP {ours} vs {reference_tcp}"
+        within(ours.rate_bps, reference_tcp, 0.1),
+        "vantage→iperf3 TCP {ours:?} vs {reference_tcp}"
     );
     let mut udp = tcp.clone();
     udp.protocol = ThroughputProtocol::Udp;
@@ -416,22 +454,31 @@ fn iperf3_interop_rates_agree_within_10_percent_on_a_shaped_path() {
     );
 
     // stock iperf3 client → vantage's iperf3 listener.
-    let theirs = stock_client(&path, servers.iperf3_port, &[]);
+    let theirs = undisturbed_tcp("iperf3→vantage TCP", || {
+        stock_client(&path, servers.iperf3_port, &[])
+    });
     assert!(
-        within(theirs, reference_tcp, 0.1),
-        "iperf3→vantage TCP {theirs} vs {reference_tcp}"
+        within(theirs.rate_bps, reference_tcp, 0.1),
+        "iperf3→vantage TCP {theirs:?} vs {reference_tcp}"
     );
-    let theirs = stock_client(&path, servers.iperf3_port, &["-u", "-b", "80M"]);
+    let theirs = stock_client(&path, servers.iperf3_port, &["-u", "-b", "80M"]).rate_bps;
     assert!(
         within(theirs, reference_udp, 0.1),
         "iperf3→vantage UDP {theirs} vs {reference_udp}"
     );
 
     // And the native protocol on the same path.
-    let native = client_run(&path, spec(servers.native_port, 3));
+    let mut native = None;
+    undisturbed_tcp("native TCP", || {
+        let result = client_run(&path, spec(servers.native_port, 3));
+        let measured = Measured::from(&result);
+        native = Some(result);
+        measured
+    });
+    let native = native.expect("measured");
     assert!(
         within(native.summary.received_bps, reference_tcp, 0.1),
-        "native TCP {:?}",
+        "native TCP {:?} vs {reference_tcp}",
         native.summary
     );
     assert_eq!(
