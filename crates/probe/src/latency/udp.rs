@@ -69,6 +69,13 @@ impl SentPacket {
     }
 }
 
+/// How much longer than our packet a reply may be and still be read whole. Reflectors
+/// answer with the sender's size (RFC 6038 symmetric size) or their own 41-byte
+/// minimum, STAMP ones with the sender's TLVs echoed (RFC 8972); anything longer is
+/// not a reply to us. A buffer per run sized to the run, not 64 KiB: an agent in a
+/// dense mesh has hundreds of runs open at once.
+const REPLY_ROOM_BYTES: usize = 1024;
+
 /// A connected UDP socket speaking TWAMP-Light sender, shared by the latency and
 /// sandwich engines.
 pub(crate) struct TwampClient {
@@ -82,7 +89,8 @@ pub(crate) struct TwampClient {
     pub duplicates: u64,
     pub refused: bool,
     send_buffer: Vec<u8>,
-    /// Room for the largest datagram, reused across receives.
+    /// Room for a reply to the largest packet sent (see [`REPLY_ROOM_BYTES`]), reused
+    /// across receives.
     receive_buffer: Vec<u8>,
     error_estimate: ErrorEstimate,
     /// `Some(ssid)`: send STAMP Session-Sender packets with this SSID.
@@ -123,7 +131,7 @@ impl TwampClient {
             duplicates: 0,
             refused: false,
             send_buffer: Vec::new(),
-            receive_buffer: vec![0u8; 65_536],
+            receive_buffer: Vec::new(),
             error_estimate: ErrorEstimate::from_error_seconds(
                 sync.synchronized,
                 error_us as f64 * 1e-6,
@@ -170,6 +178,7 @@ impl TwampClient {
         // and the send (and between a sandwich's packets).
         if self.send_buffer.len() < size {
             self.send_buffer.resize(size, 0);
+            self.receive_buffer.resize(size + REPLY_ROOM_BYTES, 0);
         }
         let user_tx_ns = now_unix_ns();
         let packet = SenderPacket {
