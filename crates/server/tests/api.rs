@@ -822,6 +822,71 @@ async fn concurrent_batches_on_postgres() {
     concurrent_batches_scenario(Kind::Postgres).await;
 }
 
+/// A batch whose rows conflict with rows already stored (here a metric stored for a
+/// run that has no result yet, which ingest never writes itself) fails as a whole:
+/// none of it is stored, and the next batch is stored as usual. On SQLite the writer
+/// counts the rows each insert wrote, since its statements skip a conflicting row
+/// rather than keep a statement journal.
+async fn conflicting_batch_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "conflict").await;
+    let archive = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    let start = now_us();
+    let runs: Vec<RunRecord> = ["k1", "k2", "k3"]
+        .iter()
+        .map(|id| run_record(id, "a", "b", start))
+        .collect();
+    archive.insert_runs(&runs).await.unwrap();
+    archive
+        .add_metric(&runs[1], "rtt_median_us", 1.0, start)
+        .await
+        .unwrap();
+    let batch: Vec<ResultUpload> = ["k1", "k2"]
+        .iter()
+        .map(|id| serde_json::from_value(upload(id, "a", 100.0)).unwrap())
+        .collect();
+    let refused = archive.ingest_batch(&batch).await;
+    assert!(
+        refused.is_err(),
+        "a conflicting batch was stored: {refused:?}"
+    );
+    for id in ["k1", "k2"] {
+        assert!(
+            archive.stored_result(id).await.unwrap().is_none(),
+            "{id} stored from a failed batch"
+        );
+    }
+    let next: ResultUpload = serde_json::from_value(upload("k3", "a", 100.0)).unwrap();
+    let outcomes = archive.ingest_batch(&[next]).await.unwrap();
+    assert!(
+        matches!(outcomes[0], Ok((Ingest::Stored(_), _))),
+        "{:?}",
+        outcomes[0]
+    );
+    assert_eq!(
+        archive
+            .stored_result("k3")
+            .await
+            .unwrap()
+            .unwrap()
+            .metrics
+            .len(),
+        5
+    );
+    archive.close().await;
+}
+
+#[tokio::test]
+async fn conflicting_batch_on_sqlite() {
+    conflicting_batch_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn conflicting_batch_on_postgres() {
+    conflicting_batch_scenario(Kind::Postgres).await;
+}
+
 /// A server with agents a and b registered; its admin client and agent a's client.
 async fn server_with_pair(db: &TestDb) -> (vantage_server::service::RunningServer, Api, Api) {
     let server = common::start(db, PlannerOptions::default()).await;
