@@ -341,6 +341,11 @@ async fn plan_window(
         // Light runs placed but not yet handed out were discarded too: place them again.
         archive.lower_planner_marks(LIGHT_PLACED, start_us).await?;
         archive.lower_planner_marks(LIGHT_UNTIL, start_us).await?;
+        // Exclusive runs are replanned from `start_us` on too, not from the end of the
+        // stale forecast: the light runs handed out beyond it are then loaded instead.
+        archive
+            .lower_planner_marks(LIGHT_FRONTIER, start_us)
+            .await?;
         archive.set_planner_mark(PLAN_BASIS, basis).await?;
         tracing::info!(version, agents = agents.len(), discarded, "replanning");
     }

@@ -1568,6 +1568,60 @@ async fn runs_placed_after_the_window_are_respected_on_postgres() {
     runs_after_the_window_scenario(Kind::Postgres).await;
 }
 
+/// An agent joining replans from the planner's lead time on: the exclusive runs of the
+/// replanned stretch are placed, not pushed past their period by how far the previous
+/// plan (made without the agent) reached.
+async fn replan_after_a_join_scenario(kind: Kind) {
+    let (_db, archive, state) = planner_scenario(kind, "rejoin", &["m1"]).await;
+    vantage_server::config_store::apply(
+        &archive,
+        &json!({
+            "groups": [{"name": "pair", "kind": "list", "pairs": [["m1", "m2"]]}],
+            "tests": [{"name": "bulk", "type": "throughput", "spec": {"duration": "500ms"}}],
+            "tasks": [{"name": "tp", "test": "bulk", "group": "pair", "every": "2s",
+                       "directions": "one"}]
+        }),
+    )
+    .await
+    .unwrap();
+    let options = PlannerOptions {
+        horizon: Duration::from_secs(20),
+        ..PlannerOptions::default()
+    };
+    assert!(vantage_server::planner::tick(&state, &options)
+        .await
+        .unwrap());
+    register_agent(&archive, "m2").await;
+    let joined_us = now_us();
+    assert!(vantage_server::planner::tick(&state, &options)
+        .await
+        .unwrap());
+    let runs: Vec<RunRecord> = archive
+        .runs_between(joined_us, i64::MAX)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|run| run.planned_start_us >= joined_us)
+        .collect();
+    // Occurrences every 2 s from 2 s after the join up to 20 s ahead.
+    assert!(runs.len() >= 8, "{runs:#?}");
+    assert!(
+        runs.iter().all(|run| run.state == RunState::Scheduled),
+        "{:#?}",
+        runs.iter().find(|run| run.state != RunState::Scheduled)
+    );
+}
+
+#[tokio::test]
+async fn a_replan_after_a_join_places_the_whole_stretch_on_sqlite() {
+    replan_after_a_join_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_replan_after_a_join_places_the_whole_stretch_on_postgres() {
+    replan_after_a_join_scenario(Kind::Postgres).await;
+}
+
 /// Latency runs (light) are stored only once their client fetches them, placed around
 /// the exclusive runs the planner reserved; an agent that fetches nothing still has
 /// its light runs recorded as missed.

@@ -86,6 +86,7 @@ async fn every_kind_scenario(kind: Kind) {
             common::spawn_agent(&admin, &server.url(), name, spool.path(), &stopped, |_| {}).await,
         );
     }
+    common::wait_for_registrations(&server, &["k1", "k2"]).await;
     // One occurrence of each task, due a few seconds after the configuration is
     // applied whatever the phase of the minute (offsets count from the epoch).
     let offset = format!("{}s", (now_us() / 1_000_000 + 6) % 60);

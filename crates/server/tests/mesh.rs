@@ -41,6 +41,7 @@ async fn mesh_scenario(kind: Kind) {
             .await,
         );
     }
+    common::wait_for_registrations(&server, &["m1", "m2", "m3", "nat"]).await;
     let config = json!({
         "groups": [{"name": "all", "kind": "mesh", "members": ["mesh=yes"]}],
         "tests": [

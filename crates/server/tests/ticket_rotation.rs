@@ -80,6 +80,8 @@ async fn rotation_scenario(kind: Kind) {
         );
     }
 
+    common::wait_for_registrations(&server, &["k1", "k2"]).await;
+
     // Refusals: only admins rotate, and the old key must outlive the new one's start.
     let reader = common::Api::new(&server.url(), &admin.token("viewer", "reader").await);
     let (status, _) = reader.post("/api/v1/ticket-keys", json!({})).await;

@@ -202,11 +202,10 @@ pub async fn spawn_agent(
     }))
 }
 
-/// What agent `name` registered with (addresses, ports, tags).
-pub async fn registration(
+/// What each registered agent registered with (addresses, ports, tags).
+pub async fn registrations(
     server: &RunningServer,
-    name: &str,
-) -> vantage_model::control::AgentRegistration {
+) -> Vec<vantage_model::control::AgentRegistration> {
     server
         .state
         .archive
@@ -214,9 +213,42 @@ pub async fn registration(
         .await
         .unwrap()
         .into_iter()
-        .find(|agent| agent.registration.name == name)
+        .map(|agent| agent.registration)
+        .collect()
+}
+
+/// What agent `name` registered with.
+pub async fn registration(
+    server: &RunningServer,
+    name: &str,
+) -> vantage_model::control::AgentRegistration {
+    registrations(server)
+        .await
+        .into_iter()
+        .find(|registration| registration.name == name)
         .unwrap_or_else(|| panic!("agent '{name}' registered"))
-        .registration
+}
+
+/// Waits (up to 20 s) until every agent of `names` has registered, so that a
+/// configuration applied next is planned once, for all of them, rather than first
+/// for some and then again as the others join.
+pub async fn wait_for_registrations(server: &RunningServer, names: &[&str]) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let registered = registrations(server).await;
+        let missing: Vec<&&str> = names
+            .iter()
+            .filter(|name| !registered.iter().any(|known| known.name == **name))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "agents {missing:?} did not register within 20 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// Shows agent and server logs in the output of a failing test.
