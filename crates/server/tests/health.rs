@@ -24,21 +24,6 @@ fn pair<'a>(matrix: &'a Value, client: &str, server: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("pair {client} -> {server} in {matrix}"))
 }
 
-/// Polls `check` every half second until it gives a value, for at most `limit`.
-async fn wait_for<T>(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 async fn health_scenario(kind: Kind) {
     common::show_logs("vantage_agent=info,vantage_server=info");
     let db = TestDb::new(kind, "health").await;
@@ -89,7 +74,7 @@ async fn health_scenario(kind: Kind) {
 
     // Every pair known, each with a round that had a previous one (markers evaluated).
     let archive = &server.state.archive;
-    let matrix = wait_for(
+    let matrix = common::wait_for(
         Duration::from_secs(60),
         "two rounds of every pair",
         async || {
@@ -136,7 +121,7 @@ async fn health_scenario(kind: Kind) {
     );
 
     // The throughput part ran with the run's ticket and is a metric of its own.
-    let with_throughput = wait_for(
+    let with_throughput = common::wait_for(
         Duration::from_secs(30),
         "a round with throughput",
         async || {
@@ -214,7 +199,7 @@ async fn health_scenario(kind: Kind) {
     let (stop, handle) = agents.remove("h3").unwrap();
     let _ = stop.send(true);
     handle.await.unwrap().expect("h3 stopped cleanly");
-    let alert = wait_for(
+    let alert = common::wait_for(
         Duration::from_secs(40),
         "a timeout alert towards h3",
         async || {

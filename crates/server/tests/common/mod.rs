@@ -229,26 +229,38 @@ pub async fn registration(
         .unwrap_or_else(|| panic!("agent '{name}' registered"))
 }
 
+/// Polls `check` every half second until it gives a value, for at most `limit`.
+pub async fn wait_for<T>(
+    limit: std::time::Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
 /// Waits (up to 20 s) until every agent of `names` has registered, so that a
 /// configuration applied next is planned once, for all of them, rather than first
 /// for some and then again as the others join.
 pub async fn wait_for_registrations(server: &RunningServer, names: &[&str]) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    let what = format!("agents {names:?} to register");
+    wait_for(std::time::Duration::from_secs(20), &what, async || {
         let registered = registrations(server).await;
-        let missing: Vec<&&str> = names
+        names
             .iter()
-            .filter(|name| !registered.iter().any(|known| known.name == **name))
-            .collect();
-        if missing.is_empty() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "agents {missing:?} did not register within 20 s"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+            .all(|name| registered.iter().any(|known| known.name == *name))
+            .then_some(())
+    })
+    .await;
 }
 
 /// Shows agent and server logs in the output of a failing test.
