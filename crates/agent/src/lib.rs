@@ -136,10 +136,13 @@ impl Backoff {
 
 /// Most results one upload request carries (a backlog after an outage goes 200 at a
 /// time).
-const UPLOAD_BATCH: usize = 200;
+pub const UPLOAD_BATCH: usize = 200;
 
 /// Least time between the starts of two upload rounds, in seconds.
-const UPLOAD_ROUND_S: u64 = 1;
+pub const UPLOAD_ROUND_S: u64 = 1;
+
+/// How long one fetch of runs waits at the server (long poll) when none is due.
+pub const FETCH_WAIT: Duration = Duration::from_secs(20);
 
 /// How the server answered an upload it did not refuse for the operator to fix.
 enum Delivery {
@@ -526,12 +529,7 @@ impl AgentTasks {
         while !*stopped.borrow() {
             let fetched = self
                 .client
-                .fetch_runs(
-                    &self.options.name,
-                    Duration::from_secs(20),
-                    self.options.horizon,
-                    resync,
-                )
+                .fetch_runs(&self.options.name, FETCH_WAIT, self.options.horizon, resync)
                 .await;
             resync = fetched.is_err();
             match fetched {

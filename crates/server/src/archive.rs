@@ -1016,6 +1016,22 @@ impl Archive {
         until_us: i64,
         include_dispatched: bool,
     ) -> Result<Vec<RunRecord>, ArchiveError> {
+        // Agents long-poll, asking again every second: most asks find nothing new, and
+        // finding that out takes a read, not the single writer.
+        if !include_dispatched {
+            let waiting = sqlx::query(
+                "SELECT 1 FROM runs WHERE client = $1 AND state = 'scheduled' \
+                 AND planned_start_us < $2 LIMIT 1",
+            )
+            .bind(agent)
+            .bind(until_us)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql("reading assigned runs"))?;
+            if waiting.is_none() {
+                return Ok(Vec::new());
+            }
+        }
         let mut tx = self
             .write_transaction()
             .await
@@ -1082,18 +1098,39 @@ impl Archive {
         to_us: i64,
         others_after_us: i64,
     ) -> Result<Vec<RunRecord>, ArchiveError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE planned_end_us > $1 AND planned_start_us < $2 \
-             AND state <> 'non_start' AND (exclusive <> 0 OR planned_end_us > $3) \
-             ORDER BY planned_start_us, id"
+        // Two searches, each along an index (one condition with OR would scan every run
+        // stored): exclusive runs by end (runs_exclusive_end), the others by state and
+        // end (runs_state_end, one range for each state but non_start).
+        let mut rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE exclusive <> 0 AND planned_end_us > $1 \
+             AND planned_start_us < $2 AND state <> 'non_start'"
         ))
         .bind(from_us)
         .bind(to_us)
-        .bind(others_after_us)
         .fetch_all(&self.pool)
         .await
         .map_err(sql("listing planned runs"))?;
-        rows.iter().map(run_from_row).collect()
+        let others_from_us = from_us.max(others_after_us);
+        if others_from_us < i64::MAX {
+            rows.extend(
+                sqlx::query(&format!(
+                    "SELECT {RUN_COLUMNS} FROM runs WHERE exclusive = 0 \
+                     AND state IN ('scheduled', 'dispatched', 'completed', 'failed', 'missed') \
+                     AND planned_end_us > $1 AND planned_start_us < $2"
+                ))
+                .bind(others_from_us)
+                .bind(to_us)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql("listing planned runs"))?,
+            );
+        }
+        let mut runs = rows
+            .iter()
+            .map(run_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        runs.sort_by(|a, b| (a.planned_start_us, &a.id).cmp(&(b.planned_start_us, &b.id)));
+        Ok(runs)
     }
 
     /// Planner marks whose name starts with `prefix`, as (rest of the name, value).

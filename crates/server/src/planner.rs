@@ -71,8 +71,16 @@ pub async fn run(
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
-        if let Err(error) = tick(&state, &options).await {
-            tracing::warn!("scheduler tick failed: {error}");
+        let began = std::time::Instant::now();
+        match tick(&state, &options).await {
+            // Each pass's wall time, for operators and bench/scale
+            // (RUST_LOG=vantage_server::planner=debug).
+            Ok(true) => tracing::debug!(
+                pass_us = began.elapsed().as_micros() as u64,
+                "planning pass"
+            ),
+            Ok(false) => {}
+            Err(error) => tracing::warn!("scheduler tick failed: {error}"),
         }
         tokio::select! {
             _ = tokio::time::sleep(options.tick) => {}
