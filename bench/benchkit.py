@@ -1,11 +1,14 @@
 """Helpers the Python benchmarks share: the vantage binary, free ports, the REST API,
-waiting for a server, child processes with logs, and /proc readings. Not a benchmark
-itself (scripts/test runs only the executable files of bench/)."""
+waiting for a server, child processes with logs, a fresh archive on either backend, and
+/proc readings. Not a benchmark itself (scripts/test runs only the executable files of
+bench/)."""
 
 import json
 import os
+import random
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -95,6 +98,54 @@ class Processes:
         for log in self.logs:
             log.close()
         self.processes, self.logs = [], []
+
+
+PG_BASE = "postgres://postgres@127.0.0.1:5432/test"
+
+
+def psql(sql, capture=False):
+    """Runs SQL on the local PostgreSQL (scripts/install-deps sets it up); the statement
+    goes on stdin, as bulk VALUES lists exceed the argument size limit."""
+    answer = subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-v", "ON_ERROR_STOP=1",
+                             "-q", "-At", "-c", "SET client_min_messages TO warning", "-f", "-"],
+                            input=sql, check=True, capture_output=True, text=True)
+    return answer.stdout if capture else None
+
+
+class Archive:
+    """A fresh archive for a server under test: a SQLite file in `directory`, or a
+    PostgreSQL schema of its own (dropped by cleanup); `url` is the server's --db."""
+
+    def __init__(self, kind, directory, label):
+        self.kind = kind
+        if kind == "sqlite":
+            self.path = os.path.join(directory, f"{label}.db")
+            self.url = f"sqlite://{self.path}"
+        elif kind == "postgres":
+            self.schema = f"vt_{label}_{os.getpid()}_{random.randrange(1 << 30)}"
+            psql(f"CREATE SCHEMA {self.schema}")
+            self.url = f"{PG_BASE}?options=-c%20search_path%3D{self.schema}"
+        else:
+            raise ValueError(f"unknown archive backend '{kind}' (sqlite or postgres)")
+
+    def execute_script(self, sql):
+        if self.kind == "sqlite":
+            with sqlite3.connect(self.path, timeout=60) as db:
+                db.executescript(sql)
+        else:
+            psql(f"SET search_path TO {self.schema}; {sql}")
+
+    def rows(self, sql):
+        """The rows of a query, read only (as tuples; PostgreSQL's as strings)."""
+        if self.kind == "sqlite":
+            with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60) as db:
+                return db.execute(sql).fetchall()
+        text = psql(f"SET search_path TO {self.schema}; {sql}", capture=True)
+        return [tuple(line.split("|")) for line in text.splitlines() if line]
+
+    def cleanup(self):
+        if self.kind == "postgres":
+            psql(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
 
 
 def cpu_seconds(pid):

@@ -301,26 +301,6 @@ fn percentile(values: &mut [f64], quantile: f64) -> Option<f64> {
 }
 
 /// This process's CPU time (user + system), in seconds.
-fn cpu_seconds() -> Result<f64, String> {
-    let stat = std::fs::read_to_string("/proc/self/stat")
-        .map_err(|error| format!("cannot read /proc/self/stat: {error}"))?;
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |index: usize| -> Result<f64, String> {
-        fields
-            .get(index)
-            .and_then(|field| field.parse::<f64>().ok())
-            .ok_or_else(|| format!("/proc/self/stat has no field {index}"))
-    };
-    let clock_ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .ok_or("sysconf(CLK_TCK) failed")? as f64;
-    Ok((ticks(11)? + ticks(12)?) / clock_ticks)
-}
-
 async fn admin_call(
     options: &Options,
     request: reqwest::RequestBuilder,
@@ -427,9 +407,9 @@ async fn run(options: Options) -> Result<serde_json::Value, String> {
     tokio::time::sleep_until(fleet.clock.measure_from.into()).await;
     // bench/scale reads these two lines to measure the server over the same window.
     eprintln!("fleet: measuring");
-    let cpu_from = cpu_seconds()?;
+    let cpu_from = vantage_probe::cpu::process_cpu_s();
     tokio::time::sleep_until(fleet.clock.measure_to.into()).await;
-    let cpu_s = cpu_seconds()? - cpu_from;
+    let cpu_s = vantage_probe::cpu::process_cpu_s() - cpu_from;
     eprintln!("fleet: window ended");
     tasks.abort_all();
 

@@ -68,6 +68,11 @@ fn rusage_cpu_s(who: libc::c_int) -> f64 {
     timeval_s(usage.ru_utime) + timeval_s(usage.ru_stime)
 }
 
+/// CPU time (user + system) of the whole process so far, in seconds.
+pub fn process_cpu_s() -> f64 {
+    rusage_cpu_s(libc::RUSAGE_SELF)
+}
+
 /// Run-queue wait of the calling thread (second field of schedstat, nanoseconds).
 fn runqueue_wait_s() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;

@@ -1065,9 +1065,7 @@ impl Archive {
             .map_err(sql("marking runs dispatched"))?,
         );
         tx.commit().await.map_err(sql("marking runs dispatched"))?;
-        let mut runs: Vec<RunRecord> = rows.iter().map(run_from_row).collect::<Result<_, _>>()?;
-        runs.sort_by(|a, b| (a.planned_start_us, &a.id).cmp(&(b.planned_start_us, &b.id)));
-        Ok(runs)
+        runs_by_start(&rows)
     }
 
     /// All runs whose planned start lies in `[from_us, to_us)`.
@@ -1125,12 +1123,7 @@ impl Archive {
                 .map_err(sql("listing planned runs"))?,
             );
         }
-        let mut runs = rows
-            .iter()
-            .map(run_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        runs.sort_by(|a, b| (a.planned_start_us, &a.id).cmp(&(b.planned_start_us, &b.id)));
-        Ok(runs)
+        runs_by_start(&rows)
     }
 
     /// Planner marks whose name starts with `prefix`, as (rest of the name, value).
@@ -2585,6 +2578,17 @@ fn to_json_text(value: &impl Serialize) -> String {
 
 fn parse_json(what: &'static str, text: &str) -> Result<serde_json::Value, ArchiveError> {
     serde_json::Value::from_str(text).map_err(|source| ArchiveError::Json { what, source })
+}
+
+/// Runs read by more than one statement, in the order one `ORDER BY planned_start_us, id`
+/// would give.
+fn runs_by_start(rows: &[AnyRow]) -> Result<Vec<RunRecord>, ArchiveError> {
+    let mut runs = rows
+        .iter()
+        .map(run_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    runs.sort_by(|a, b| (a.planned_start_us, &a.id).cmp(&(b.planned_start_us, &b.id)));
+    Ok(runs)
 }
 
 fn run_from_row(row: &AnyRow) -> Result<RunRecord, ArchiveError> {

@@ -1,0 +1,131 @@
+//! The API's HTTP bounds, tried as a hostile client would: headers sent a byte at a
+//! time (slowloris), a body over the limit, and error answers that must be JSON.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{Kind, TestDb};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use vantage_server::http::HttpLimits;
+use vantage_server::planner::PlannerOptions;
+
+async fn start_with(limits: HttpLimits) -> (vantage_server::service::RunningServer, TestDb) {
+    let db = TestDb::new(Kind::Sqlite, "http-limits").await;
+    let mut options = common::options(&db, PlannerOptions::default());
+    options.http = limits;
+    let server = vantage_server::service::start(options).await.unwrap();
+    (server, db)
+}
+
+#[tokio::test]
+async fn a_client_trickling_its_headers_is_cut_off_and_others_are_served() {
+    let limits = HttpLimits {
+        header_timeout: Duration::from_secs(2),
+        ..HttpLimits::default()
+    };
+    let (server, _db) = start_with(limits).await;
+    let mut slow = TcpStream::connect(server.addr).await.unwrap();
+    let started = Instant::now();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    let mut closed_after = None;
+    // One byte every 500 ms: the whole header would take far longer than the limit.
+    // Bounded: at most 40 bytes (20 s).
+    for byte in request
+        .iter()
+        .chain(b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter())
+        .take(40)
+    {
+        if slow.write_all(&[*byte]).await.is_err() {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+        // A closed connection shows as EOF (or a reset) on read.
+        let mut buf = [0u8; 256];
+        match tokio::time::timeout(Duration::from_millis(500), slow.read(&mut buf)).await {
+            Ok(Ok(_)) | Ok(Err(_)) => {
+                closed_after = Some(started.elapsed());
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    let closed_after = closed_after.expect("the server never closed the trickling connection");
+    assert!(
+        closed_after < Duration::from_secs(10),
+        "cut off after {closed_after:?}, not by the 2 s header timeout"
+    );
+    // The server still answers everyone else.
+    let answer = reqwest::get(format!("{}/healthz", server.url()))
+        .await
+        .unwrap();
+    assert!(answer.status().is_success());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_gets_a_json_413_and_other_errors_are_json() {
+    let limits = HttpLimits {
+        max_body_bytes: 64 * 1024,
+        ..HttpLimits::default()
+    };
+    let (server, _db) = start_with(limits).await;
+    let http = reqwest::Client::new();
+    let big = format!("{{\"padding\": \"{}\"}}", "x".repeat(128 * 1024));
+    let answer = http
+        .post(format!("{}/api/v1/results", server.url()))
+        .bearer_auth(&server.admin_token)
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 413);
+    let body: serde_json::Value = answer.json().await.expect("413 answered in JSON");
+    let message = body["error"].as_str().expect("an error message");
+    assert!(message.starts_with("Payload Too Large"), "{message}");
+    // axum's own rejection of a path segment that is not UTF-8 is JSON too.
+    let answer = http
+        .post(format!("{}/api/v1/agents/%FF/heartbeat", server.url()))
+        .bearer_auth(&server.admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_client_error(), "{}", answer.status());
+    let body: serde_json::Value = answer.json().await.expect("error answered in JSON");
+    assert!(body["error"].is_string(), "{body}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn restarts_without_an_admin_token_replace_the_generated_one() {
+    let db = TestDb::new(Kind::Sqlite, "generated-admin").await;
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let mut options = common::options(&db, PlannerOptions::default());
+        options.admin_token = None;
+        let server = vantage_server::service::start(options).await.unwrap();
+        tokens.push(server.admin_token.clone());
+        let archive = server.state.archive.clone();
+        let generated = archive
+            .count_tokens_named(vantage_server::service::GENERATED_ADMIN)
+            .await
+            .unwrap();
+        assert_eq!(generated, 1, "one generated admin token at a time");
+        // Only the newest generated token is accepted.
+        let http = reqwest::Client::new();
+        for (index, token) in tokens.iter().enumerate() {
+            let status = http
+                .get(format!("{}/api/v1/agents", server.url()))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status();
+            let newest = index + 1 == tokens.len();
+            assert_eq!(status.is_success(), newest, "token {index}: {status}");
+        }
+        server.shutdown().await.unwrap();
+    }
+}
