@@ -373,8 +373,10 @@ pub struct SlaFilter {
 pub struct Archive {
     pool: AnyPool,
     backend: Backend,
-    /// Where write transactions run: on SQLite one connection of its own (see
-    /// [`Archive::write_transaction`]), on PostgreSQL the pool itself.
+    /// Where every write runs, a transaction or a single statement: on SQLite one
+    /// connection of its own (see [`Archive::write_transaction`]), where writers queue
+    /// in order instead of polling SQLite's busy handler beside it; on PostgreSQL the
+    /// pool itself.
     writer: AnyPool,
     /// On PostgreSQL, how replicas sharing the database reach each other (see
     /// [`crate::notices`]): the URL a listener connects to and this archive's channels.
@@ -623,7 +625,7 @@ impl Archive {
         .bind(role.as_str())
         .bind(now_us())
         .bind(expires_us)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("storing a token"))?;
         Ok(())
@@ -644,7 +646,7 @@ impl Archive {
         )
         .bind(fresh.secret_hex())
         .bind(now_us())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("creating the ticket key"))?;
         self.read_ticket_keys().await
@@ -762,7 +764,7 @@ impl Archive {
         )
         .bind(now_us())
         .bind(id.to_ascii_lowercase())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("revoking a token"))?;
         Ok(revoked.rows_affected() > 0)
@@ -850,7 +852,7 @@ impl Archive {
         .bind(now)
         .bind(agent.iperf3_port.map(i64::from))
         .bind(agent.version.as_deref())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("registering an agent"))?;
         Ok(())
@@ -861,7 +863,7 @@ impl Archive {
         let done = sqlx::query("UPDATE agents SET last_seen_us = $1 WHERE name = $2")
             .bind(now_us())
             .bind(name)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(sql("recording a heartbeat"))?;
         Ok(done.rows_affected() > 0)
@@ -928,7 +930,7 @@ impl Archive {
         .bind(id)
         .bind(document.to_string())
         .bind(now_us())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("storing a run request"))?;
         Ok(())
@@ -955,7 +957,7 @@ impl Archive {
     pub async fn close_request(&self, id: &str) -> Result<(), ArchiveError> {
         sqlx::query("UPDATE requests SET state = 'planned' WHERE id = $1")
             .bind(id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(sql("closing a run request"))?;
         Ok(())
@@ -966,10 +968,27 @@ impl Archive {
     /// Inserts planned runs and non-starts; ids already present are left alone, so two
     /// planners (or a re-plan after restart) never duplicate a run. Returns how many were new.
     pub async fn insert_runs(&self, runs: &[RunRecord]) -> Result<u64, ArchiveError> {
+        self.insert_runs_and_marks(runs, &[]).await
+    }
+
+    /// Stores runs as [`Archive::insert_runs`] does and sets planner marks (see
+    /// [`Archive::set_planner_marks`]) in the same transaction: one wait for the writer,
+    /// and no mark that says runs are placed without them stored.
+    pub async fn insert_runs_and_marks(
+        &self,
+        runs: &[RunRecord],
+        marks: &[(&str, i64)],
+    ) -> Result<u64, ArchiveError> {
+        if runs.is_empty() && marks.is_empty() {
+            return Ok(0);
+        }
         let mut tx = self
             .write_transaction()
             .await
             .map_err(sql("storing runs"))?;
+        for &(name, value) in marks {
+            set_mark(&mut tx, name, value).await?;
+        }
         let mut inserted = 0;
         let now = now_us();
         for run in runs {
@@ -1150,7 +1169,7 @@ impl Archive {
         )
         .bind(value)
         .bind(format!("{}%", like_literal(prefix)))
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("storing planner state"))?;
         Ok(())
@@ -1167,7 +1186,7 @@ impl Archive {
         )
         .bind(from_us)
         .bind(vantage_scheduler::ON_DEMAND_TASK)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("discarding the forecast"))?;
         Ok(done.rows_affected())
@@ -1179,7 +1198,7 @@ impl Archive {
         let done = sqlx::query("UPDATE runs SET state = 'non_start', reason = $1 WHERE id = $2 AND state = 'scheduled'")
             .bind(reason)
             .bind(run_id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(sql("cancelling a run"))?;
         Ok(done.rows_affected() > 0)
@@ -1216,7 +1235,7 @@ impl Archive {
             )
             .bind(&reason)
             .bind(&run.id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(sql("marking a run missed"))?;
             if done.rows_affected() > 0 {
@@ -1714,7 +1733,7 @@ impl Archive {
         sqlx::query("DELETE FROM archiver_outbox WHERE run_id = $1 AND archiver = $2")
             .bind(run_id)
             .bind(archiver)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(sql("finishing an archiver delivery"))?;
         Ok(())
@@ -1736,7 +1755,7 @@ impl Archive {
         .bind(error)
         .bind(entry.run_id.as_str())
         .bind(entry.archiver.as_str())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("recording a failed archiver delivery"))?;
         Ok(())
@@ -1953,7 +1972,7 @@ impl Archive {
         .bind(state)
         .bind(created_us)
         .bind(document.to_string())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("storing a diagnosis"))?;
         Ok(())
@@ -1988,7 +2007,7 @@ impl Archive {
         .bind(to_us(verdict.time))
         .bind(i64::from(verdict.pass))
         .bind(document)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("storing an SLA verdict"))?;
         Ok(())
@@ -2033,7 +2052,7 @@ impl Archive {
         .bind(&alert.severity)
         .bind(format!(",{},", alert.agents.join(",")))
         .bind(document)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("storing an alert"))?;
         Ok(id)
@@ -2101,7 +2120,7 @@ impl Archive {
         .bind(&run.client)
         .bind(&run.server)
         .bind(&run.test)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("storing a derived metric"))?;
         Ok(())
@@ -2284,7 +2303,7 @@ impl Archive {
         .bind(holder)
         .bind(now + ttl_us)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(sql("acquiring the scheduler lease"))?;
         let row = sqlx::query("SELECT holder FROM leases WHERE name = $1")
@@ -2305,16 +2324,29 @@ impl Archive {
     }
 
     pub async fn set_planner_mark(&self, name: &str, value: i64) -> Result<(), ArchiveError> {
-        sqlx::query(
-            "INSERT INTO planner_state (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-        )
-        .bind(name)
-        .bind(value)
-        .execute(&self.pool)
-        .await
-        .map_err(sql("storing planner state"))?;
-        Ok(())
+        self.set_planner_marks(&[(name, value)]).await
     }
+
+    /// Sets several planner marks in one transaction.
+    pub async fn set_planner_marks(&self, marks: &[(&str, i64)]) -> Result<(), ArchiveError> {
+        self.insert_runs_and_marks(&[], marks).await.map(drop)
+    }
+}
+
+async fn set_mark(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    name: &str,
+    value: i64,
+) -> Result<(), ArchiveError> {
+    sqlx::query(
+        "INSERT INTO planner_state (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+    )
+    .bind(name)
+    .bind(value)
+    .execute(&mut **tx)
+    .await
+    .map_err(sql("storing planner state"))?;
+    Ok(())
 }
 
 /// Checks each upload of a batch against its run (`runs`, by id): what to answer for

@@ -25,7 +25,7 @@ use vantage_scheduler::{
 use crate::archive::{from_us, now_us, to_us, Archive, ArchiveError, RunRecord, RunState};
 use crate::config_store;
 use crate::events::Alert;
-use crate::state::ServerState;
+use crate::state::{LightPlan, ServerState};
 
 #[derive(Debug, Clone)]
 pub struct PlannerOptions {
@@ -107,7 +107,7 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
     }
     let config = config_store::current(&state.archive).await?;
     let agents = registered_agents(archive).await?;
-    let planning = state.planning.lock().await;
+    let planning = state.planning.write().await;
     let mut stored = plan_window(state, options, config.as_ref(), &agents).await?;
     stored += place_requests(state, options, config.as_ref(), &agents).await?;
     drop(planning);
@@ -361,7 +361,7 @@ async fn plan_window(
     if start_us >= end_us {
         return Ok(0);
     }
-    let light = light_tasks(state, basis, config, agents);
+    let light = light_plan(state, basis, *version, config, agents).tasks;
     // Light runs already handed out end by the frontier: no exclusive run starts
     // before it, so they need not be loaded (at a thousand agents they are most of
     // the runs stored).
@@ -398,8 +398,6 @@ async fn plan_window(
             overload_alert(state, &campaign.task, overload, basis).await?;
         }
     }
-    let stored = store_plan(state, config, planned).await?;
-    archive.set_planner_mark(PLANNED_UNTIL, end_us).await?;
     // Light runs may now be handed out up to where every run in their way is planned,
     // less their holdback; but at least a few seconds ahead, so that agents get them
     // before they are due, however short the horizon.
@@ -408,26 +406,33 @@ async fn plan_window(
         .max(now + LIGHT_LEAD_US)
         .min(end_us)
         .max(archive.planner_mark(LIGHT_UNTIL).await?.unwrap_or(i64::MIN));
-    archive
-        .set_planner_mark(
-            LIGHT_FRONTIER,
-            light_frontier_us
-                .unwrap_or(i64::MIN)
-                .max(light_until_us + tail_us),
-        )
-        .await?;
-    archive
-        .set_planner_mark(LIGHT_UNTIL, light_until_us)
-        .await?;
+    let new_frontier_us = light_frontier_us
+        .unwrap_or(i64::MIN)
+        .max(light_until_us + tail_us);
+    // The runs and the marks saying how far they reach in one transaction: one wait
+    // for the archive's writer, which a fleet's uploads and fetches keep busy.
+    let stored = store_plan(
+        state,
+        config,
+        planned,
+        &[
+            (PLANNED_UNTIL, end_us),
+            (LIGHT_FRONTIER, new_frontier_us),
+            (LIGHT_UNTIL, light_until_us),
+        ],
+    )
+    .await?;
     let unfetched = record_unfetched_light_runs(state, options, config, &light, (now, *version));
     Ok(stored + unfetched.await?)
 }
 
-/// Stores a plan's runs and non-starts (raising an alert for each non-start).
+/// Stores a plan's runs and non-starts (raising an alert for each non-start), and
+/// `marks` in the same transaction.
 async fn store_plan(
     state: &ServerState,
     config: &ValidatedConfig,
     planned: vantage_scheduler::Plan,
+    marks: &[(&str, i64)],
 ) -> Result<u64, ArchiveError> {
     let type_of = |test_name: &str| {
         config
@@ -444,7 +449,7 @@ async fn store_plan(
         .collect();
     let mut records: Vec<RunRecord> = planned.runs.into_iter().map(planned_record).collect();
     records.extend(non_starts.iter().cloned());
-    let stored = state.archive.insert_runs(&records).await?;
+    let stored = state.archive.insert_runs_and_marks(&records, marks).await?;
     for record in &non_starts {
         non_start_alert(state, record).await?;
     }
@@ -453,24 +458,59 @@ async fn store_plan(
 
 /// The light tasks of the configuration and agent set with plan basis `basis`,
 /// worked out once per basis.
-fn light_tasks(
+fn light_plan(
     state: &ServerState,
     basis: i64,
+    version: i64,
     config: &ValidatedConfig,
     agents: &[AgentInfo],
-) -> Arc<LightTasks> {
+) -> LightPlan {
     let mut cached = state
-        .light_tasks
+        .light_plan
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     match &*cached {
-        Some((cached_basis, light)) if *cached_basis == basis => Arc::clone(light),
+        Some(plan) if plan.basis == basis => plan.clone(),
         _ => {
-            let light = Arc::new(LightTasks::new(config, agents));
-            *cached = Some((basis, Arc::clone(&light)));
-            light
+            let plan = LightPlan {
+                basis,
+                version,
+                config: Arc::new(config.clone()),
+                tasks: Arc::new(LightTasks::new(config, agents)),
+            };
+            *cached = Some(plan.clone());
+            plan
         }
     }
+}
+
+/// The light tasks of the plan the planner last made (plan basis `basis`): the copy
+/// worked out already, or else worked out from the configuration and agent set as
+/// they are now (another replica may be the one planning). `None` when those no
+/// longer match that basis: the planner replans on its next pass, and places nothing
+/// of the old plan meanwhile. An agent set that changed since the last pass is
+/// likewise replanned on the next one, which discards what was placed of the old plan
+/// and not yet handed out.
+async fn planned_light_plan(
+    state: &ServerState,
+    basis: i64,
+) -> Result<Option<LightPlan>, ArchiveError> {
+    let cached = state
+        .light_plan
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    if let Some(plan) = cached.filter(|plan| plan.basis == basis) {
+        return Ok(Some(plan));
+    }
+    let Some((version, config)) = config_store::current(&state.archive).await? else {
+        return Ok(None);
+    };
+    let agents = registered_agents(&state.archive).await?;
+    if plan_basis(version, &agents) != basis {
+        return Ok(None);
+    }
+    Ok(Some(light_plan(state, basis, version, &config, &agents)))
 }
 
 /// Places `client`'s light runs whose nominal start lies in `[from_us, until_us)` and
@@ -498,12 +538,8 @@ async fn place_light_window(
         end: from_us(until_us),
     };
     let placed = light.runs_for(client, window, &in_the_way, seed);
-    let stored = store_plan(state, config, placed).await?;
-    state
-        .archive
-        .set_planner_mark(&format!("{LIGHT_PLACED}{client}"), until_us)
-        .await?;
-    Ok(stored)
+    let placed_mark = format!("{LIGHT_PLACED}{client}");
+    store_plan(state, config, placed, &[(&placed_mark, until_us)]).await
 }
 
 /// Places the light runs `agent` has not been given yet, up to where the planner has
@@ -528,32 +564,28 @@ pub async fn place_light_runs(state: &ServerState, agent: &str) -> Result<u64, A
     if up_to_date(marks().await?) {
         return Ok(0);
     }
-    let _planning = state.planning.lock().await;
+    let _planning = state.planning.read().await;
     let (Some(until_us), from_us) = marks().await? else {
         return Ok(0);
     };
-    let Some((version, config)) = config_store::current(archive).await? else {
+    let Some(basis) = archive.planner_mark(PLAN_BASIS).await? else {
         return Ok(0);
     };
-    // The agent set as it is now: a long poll outlives registrations.
-    let agents = registered_agents(archive).await?;
-    let basis = plan_basis(version, &agents);
-    if archive.planner_mark(PLAN_BASIS).await? != Some(basis) {
+    let Some(plan) = planned_light_plan(state, basis).await? else {
         return Ok(0);
-    }
-    let light = light_tasks(state, basis, &config, &agents);
-    if !light.is_client(agent) {
+    };
+    if !plan.tasks.is_client(agent) {
         archive.set_planner_mark(&placed_mark, until_us).await?;
         return Ok(0);
     }
     let from_us = from_us.unwrap_or_else(now_us);
     place_light_window(
         state,
-        &config,
-        &light,
+        &plan.config,
+        &plan.tasks,
         agent,
         (from_us, until_us),
-        version as u64,
+        plan.version as u64,
     )
     .await
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use vantage_analysis::health::MarkerSettings;
+use vantage_model::config::ValidatedConfig;
 use vantage_scheduler::LightTasks;
 
 use crate::archive::{now_us, Archive, ArchiveError, TokenGrant};
@@ -50,10 +51,23 @@ pub struct ServerState {
     pub transfers: TransferDesk,
     /// The light tasks of the applied configuration and agent set, worked out once
     /// per plan basis (see [`crate::planner`]).
-    pub light_tasks: std::sync::Mutex<Option<(i64, Arc<LightTasks>)>>,
-    /// Held while a planning pass reads and stores runs, and while an agent's light
-    /// runs are placed: light runs placed in between would not be in the pass's way.
-    pub planning: tokio::sync::Mutex<()>,
+    pub light_plan: std::sync::Mutex<Option<LightPlan>>,
+    /// A planning pass holds it for writing while it reads and stores runs: light runs
+    /// placed in between would not be in its way. Agents' fetches hold it for reading
+    /// while they place their own light runs, side by side: light runs never compete
+    /// with each other, and placing the same ones twice stores them once (their ids
+    /// are deterministic).
+    pub planning: tokio::sync::RwLock<()>,
+}
+
+/// The light tasks of one plan basis (a configuration version and agent set), with
+/// the configuration they were worked out from.
+#[derive(Clone)]
+pub struct LightPlan {
+    pub basis: i64,
+    pub version: i64,
+    pub config: Arc<ValidatedConfig>,
+    pub tasks: Arc<LightTasks>,
 }
 
 impl ServerState {
@@ -103,8 +117,8 @@ impl ServerState {
             archivers,
             tasks: Arc::default(),
             transfers: TransferDesk::new(transfers),
-            light_tasks: std::sync::Mutex::new(None),
-            planning: tokio::sync::Mutex::new(()),
+            light_plan: std::sync::Mutex::new(None),
+            planning: tokio::sync::RwLock::new(()),
         });
         state.refresh_agent_tags().await?;
         Ok(state)

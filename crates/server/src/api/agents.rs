@@ -63,6 +63,10 @@ pub(super) async fn register_agent(
     }))
 }
 
+/// How stale an agent's last-seen time may get before a fetch records it again (the
+/// agent's heartbeat interval; heartbeats always record it).
+const SEEN_RESOLUTION_US: i64 = 5_000_000;
+
 pub(super) async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller,
@@ -109,13 +113,17 @@ pub(super) async fn assigned_runs(
     caller.require_agent(&name)?;
     let query: RunsQuery = parse_query(&uri)?;
     let agents = state.archive.agents().await?;
-    if !agents.iter().any(|agent| agent.registration.name == name) {
+    let Some(caller_agent) = agents.iter().find(|agent| agent.registration.name == name) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("agent '{name}' is not registered"),
         ));
+    };
+    // Last seen is kept to the heartbeats' resolution: a fleet's fetches every few
+    // seconds would otherwise each queue a write for the archive's one writer.
+    if now_us() - caller_agent.last_seen_at.timestamp_micros() >= SEEN_RESOLUTION_US {
+        state.archive.touch_agent(&name).await?;
     }
-    state.archive.touch_agent(&name).await?;
     let deadline =
         tokio::time::Instant::now() + Duration::from_secs(query.wait_s.min(MAX_LONG_POLL_S));
     let mut stopping = state.stopping.subscribe();
