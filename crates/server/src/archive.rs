@@ -982,10 +982,12 @@ impl Archive {
         if runs.is_empty() && marks.is_empty() {
             return Ok(0);
         }
-        let mut tx = self
-            .write_transaction()
-            .await
-            .map_err(sql("storing runs"))?;
+        let doing = if runs.is_empty() {
+            "storing planner state"
+        } else {
+            "storing runs"
+        };
+        let mut tx = self.write_transaction().await.map_err(sql(doing))?;
         for &(name, value) in marks {
             set_mark(&mut tx, name, value).await?;
         }
@@ -1022,7 +1024,7 @@ impl Archive {
             .map_err(sql("storing runs"))?;
             inserted += done.rows_affected();
         }
-        tx.commit().await.map_err(sql("storing runs"))?;
+        tx.commit().await.map_err(sql(doing))?;
         Ok(inserted)
     }
 
