@@ -19,11 +19,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def vantage_bin():
-    """VANTAGE_BIN, or the release build (built here when VANTAGE_BIN is unset)."""
+    """VANTAGE_BIN, or the release build (built here when VANTAGE_BIN is unset, for the whole
+    workspace as the tests build it: `-p` would rebuild the dependencies with one crate's features)."""
     explicit = os.environ.get("VANTAGE_BIN")
     if explicit:
         return explicit
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "vantage-cli"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "--release", "-q", "--workspace", "--bins"], cwd=ROOT, check=True)
     return os.path.join(ROOT, "target", "release", "vantage")
 
 

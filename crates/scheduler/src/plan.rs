@@ -982,14 +982,14 @@ fn place_campaign(
 ) -> CampaignSummary {
     let (task, test) = (task_plan.task, task_plan.test);
     let duration = reserve_ms(test);
-    let start_ms = (nominal_ms
-        + slip_offset_ms(
-            seed,
-            &format!("{}/{occurrence}", task.name),
-            duration_ms(task.slip),
-        ))
-    .max(not_before_ms);
     let latest_start_ms = nominal_ms + duration_ms(task.every) - duration;
+    // The campaign's point in its slip is drawn from the part of the slip where it can
+    // still end before the next occurrence: with a slip longer than that, a point
+    // drawn beyond it made the occurrence a non-start for no reason.
+    let slip_room_ms = duration_ms(task.slip).min(latest_start_ms - nominal_ms);
+    let start_ms = (nominal_ms
+        + slip_offset_ms(seed, &format!("{}/{occurrence}", task.name), slip_room_ms))
+    .max(not_before_ms);
     let gap_ms = duration_ms(task.round_gap);
     let (runs_before, non_starts_before) = (planner.runs.len(), planner.non_starts.len());
     // When each claimed resource is free for its next run of this campaign.

@@ -865,3 +865,41 @@ fn agents_measuring_alone_run_once_each_and_claim_nothing() {
         refused.reason
     );
 }
+
+#[test]
+fn a_campaign_slip_longer_than_its_room_in_the_period_is_drawn_within_the_room() {
+    // 4 s tests (5 s reserved with the guard) every 8 s: a start at most 3 s late still
+    // ends before the next occurrence, whatever the 6 s slip allows.
+    let config = config(
+        r#"
+[[groups]]
+name = "pair"
+kind = "list"
+pairs = [["a", "b"]]
+
+[[tests]]
+name = "bulk"
+type = "throughput"
+spec = { duration = "4s" }
+
+[[tasks]]
+name = "often"
+test = "bulk"
+group = "pair"
+every = "8s"
+slip = "6s"
+directions = "one"
+"#,
+    );
+    let plan = plan(&config, &agents(&["a", "b"]), window(0, 800), &[], 1);
+    assert!(plan.non_starts.is_empty(), "{:?}", plan.non_starts);
+    assert_eq!(plan.runs.len(), 100);
+    let slips: BTreeSet<i64> = plan
+        .runs
+        .iter()
+        .map(|run| (run.start - at(0)).num_milliseconds() % 8_000)
+        .collect();
+    assert!(slips.iter().all(|&slip_ms| slip_ms <= 3_000), "{slips:?}");
+    assert!(slips.len() > 50, "starts spread over the room: {slips:?}");
+    assert!(overlaps(&plan.runs).is_empty());
+}
