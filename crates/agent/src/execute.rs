@@ -4,12 +4,14 @@
 //! (crate `vantage-model`, module `kinds`) reads the run's spec into the engine's
 //! typed spec, with the same defaults as the CLI.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use vantage_model::control::{AssignedRun, ResultUpload, RunOutcome};
 use vantage_model::kinds::{self, Spec, Target, TestKind};
+use vantage_model::latency::{LatencyResult, LatencySpec};
 use vantage_model::throughput::ThroughputTool;
+use vantage_probe::latency::{LatencyError, SharedProber};
 
 /// How the agent runs one kind: the run's spec read through the kind, its target,
 /// and the run itself (for NAT orientation); the engine's result as JSON.
@@ -134,7 +136,17 @@ fn capture(spec: &Spec<'_>, _: &Target, _: &AssignedRun) -> Result<Value, String
 pub fn execute(run: &AssignedRun, agent: &str) -> ResultUpload {
     let actual_start = Utc::now();
     let measured = measure(run, agent);
-    let actual_end = Utc::now();
+    upload(run, agent, actual_start, Utc::now(), measured)
+}
+
+/// The upload of a run measured from `actual_start` to `actual_end`.
+pub fn upload(
+    run: &AssignedRun,
+    agent: &str,
+    actual_start: DateTime<Utc>,
+    actual_end: DateTime<Utc>,
+    measured: Result<Value, String>,
+) -> ResultUpload {
     match measured {
         Ok(result) => ResultUpload {
             run_id: run.run_id.clone(),
@@ -156,6 +168,15 @@ fn measure(run: &AssignedRun, agent: &str) -> Result<Value, String> {
             run.test
         ));
     };
+    read_spec(run, kind, |spec, target| engine(spec, target, run))?
+}
+
+/// Calls `read` with the run's spec as `kind` reads it and the run's target.
+fn read_spec<T>(
+    run: &AssignedRun,
+    kind: &'static TestKind,
+    read: impl FnOnce(&Spec<'_>, &Target) -> T,
+) -> Result<T, String> {
     let empty = serde_json::Map::new();
     let values = match &run.spec {
         Value::Object(values) => values,
@@ -166,7 +187,32 @@ fn measure(run: &AssignedRun, agent: &str) -> Result<Value, String> {
         host: run.server_address.clone(),
         port: run.server_port,
     };
-    engine(&Spec::new(kind, values), &target, run)
+    Ok(read(&Spec::new(kind, values), &target))
+}
+
+/// The engine spec of a run the agent's shared latency prober takes (UDP latency);
+/// `None` for any other run, and for a spec that does not read (`execute` says why).
+pub fn shared_latency_spec(run: &AssignedRun) -> Option<LatencySpec> {
+    let kind = &kinds::latency::KIND;
+    if run.test != kind.name {
+        return None;
+    }
+    let spec = read_spec(run, kind, kinds::latency::engine_spec)
+        .ok()?
+        .ok()?;
+    SharedProber::takes(&spec).then_some(spec)
+}
+
+/// The upload of a latency run measured by the shared prober.
+pub fn latency_upload(
+    run: &AssignedRun,
+    agent: &str,
+    actual_start: DateTime<Utc>,
+    actual_end: DateTime<Utc>,
+    measured: Result<LatencyResult, LatencyError>,
+) -> ResultUpload {
+    let measured = measured.map(to_json).map_err(|error| error.to_string());
+    upload(run, agent, actual_start, actual_end, measured)
 }
 
 /// An upload saying the run could not be made, and why.

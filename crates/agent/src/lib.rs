@@ -24,6 +24,7 @@ use tokio::sync::{watch, Notify};
 use vantage_model::control::{AgentRegistration, AssignedRun, BatchItemAck, ResultUpload};
 use vantage_model::ticket::TicketVerifier;
 use vantage_probe::endpoint::{Endpoint, EndpointConfig};
+use vantage_probe::latency::SharedProber;
 use vantage_probe::source_policy::SourceLimits;
 use vantage_probe::tickets::TicketGate;
 
@@ -141,6 +142,13 @@ pub const UPLOAD_BATCH: usize = 200;
 /// Least time between the starts of two upload rounds, in seconds.
 pub const UPLOAD_ROUND_S: u64 = 1;
 
+/// How long past its planned end a run accepted for execution is remembered, so that a
+/// copy of it in a late answer to a fetch is not run twice. From its end on, its result
+/// is in the spool (or held) until the server has it, and from then on the server hands
+/// it out no more: minutes cover an answer that was under way. An hour's worth was
+/// 60 000 runs (7 MiB) for an agent in a 1 000-agent mesh.
+const KNOWN_RUN_KEEP: chrono::Duration = chrono::Duration::minutes(5);
+
 /// How long one fetch of runs waits at the server (long poll) when none is due.
 pub const FETCH_WAIT: Duration = Duration::from_secs(20);
 
@@ -226,6 +234,8 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
         trusted_keys: Mutex::new(Vec::new()),
         spooled: Notify::new(),
         known_runs: Mutex::new(HashMap::new()),
+        prober: SharedProber::start()
+            .map_err(|error| anyhow::anyhow!("starting the latency prober's thread: {error}"))?,
     });
     tracing::info!(agent = %agent.options.name, endpoint_port, "agent starting");
 
@@ -262,6 +272,8 @@ struct AgentTasks {
     spooled: Notify,
     /// Runs already accepted for execution, with their planned end (for pruning).
     known_runs: Mutex<HashMap<String, chrono::DateTime<Utc>>>,
+    /// Runs the UDP latency runs, all on one thread (a dense mesh has hundreds open).
+    prober: SharedProber,
 }
 
 impl AgentTasks {
@@ -552,11 +564,46 @@ impl AgentTasks {
         Ok(())
     }
 
+    /// Measures `run`: a UDP latency run on the shared prober's thread beside the others
+    /// in progress, any other run on a thread of its own.
+    async fn measure(self: &Arc<Self>, run: &AssignedRun) -> ResultUpload {
+        let name = &self.options.name;
+        let Some(spec) = execute::shared_latency_spec(run) else {
+            let (to_execute, agent) = (run.clone(), name.clone());
+            return match tokio::task::spawn_blocking(move || execute::execute(&to_execute, &agent))
+                .await
+            {
+                Ok(upload) => upload,
+                Err(error) => execute::failed(run, name, format!("engine crashed: {error}")),
+            };
+        };
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let actual_start = Utc::now();
+        let agent = self.clone();
+        // Off the runtime's threads: resolving a host name blocks (an address does not).
+        let submitted = tokio::task::spawn_blocking(move || {
+            agent.prober.submit(spec, move |measured| {
+                let _ = sender.send((measured, Utc::now()));
+            })
+        })
+        .await;
+        match (submitted, receiver.await) {
+            (Ok(()), Ok((measured, actual_end))) => {
+                execute::latency_upload(run, name, actual_start, actual_end, measured)
+            }
+            _ => execute::failed(
+                run,
+                name,
+                "the latency prober stopped before the run ended".into(),
+            ),
+        }
+    }
+
     /// Schedules a run for execution unless it is already scheduled or spooled.
     fn accept(self: &Arc<Self>, run: AssignedRun) {
         {
             let mut known = self.known_runs.lock().expect("known runs lock");
-            let horizon = Utc::now() - chrono::Duration::hours(1);
+            let horizon = Utc::now() - KNOWN_RUN_KEEP;
             known.retain(|_, planned_end| *planned_end > horizon);
             if known.contains_key(&run.run_id)
                 || self.spool.contains(&run.run_id)
@@ -582,18 +629,9 @@ impl AgentTasks {
                     format!("could not start the run until {:.1} s after its planned start; not started, to keep the schedule conflict-free", late.as_secs_f64()),
                 )
             } else {
-                let name = agent.options.name.clone();
-                let to_execute = run.clone();
-                match tokio::task::spawn_blocking(move || execute::execute(&to_execute, &name))
-                    .await
-                {
-                    Ok(upload) => upload,
-                    Err(error) => execute::failed(
-                        &run,
-                        &agent.options.name,
-                        format!("engine crashed: {error}"),
-                    ),
-                }
+                // Boxed: a task waiting for its start (an agent in a dense mesh holds
+                // hundreds) then holds the run, not room for the measurement's state.
+                Box::pin(agent.measure(&run)).await
             };
             let overrun = (upload.actual_end - run.planned_end)
                 .to_std()

@@ -58,7 +58,9 @@ pub fn run_sandwich(
     }
     let target = resolve_target(&spec.target, spec.port)?;
     let start_time = chrono::Utc::now();
-    let mut client = TwampClient::connect(target, spec.dscp, TransmitStamp::Kernel)?;
+    // Three packets a round.
+    let packets = spec.count.saturating_mul(3);
+    let mut client = TwampClient::connect(target, spec.dscp, TransmitStamp::Kernel, packets)?;
     let path_mtu_bytes = client.check_size(spec.small_size_bytes, false)?;
     let headers = ip_header_bytes(target.ip()) + UDP_HEADER_BYTES;
     // Loopback's 64 KiB MTU exceeds what one UDP datagram can carry: cap there.

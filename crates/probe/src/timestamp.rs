@@ -11,6 +11,7 @@ use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::Instant;
 
 use socket2::SockAddr;
 
@@ -497,6 +498,50 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<i16> {
         return Err(err);
     }
     Ok(if rc == 0 { 0 } else { pfd.revents })
+}
+
+/// `poll(2)` on one socket for input until `deadline`, at the clock's resolution
+/// rather than whole milliseconds; the events that came, 0 when the deadline did.
+pub fn poll_until(fd: RawFd, deadline: Instant) -> io::Result<i16> {
+    let mut pfd = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    poll_many(&mut pfd, Some(deadline))?;
+    Ok(pfd[0].revents)
+}
+
+/// `ppoll(2)` on `fds` until one has an event or `deadline` (`None`: no deadline)
+/// has come; an interrupted wait counts as a timeout.
+pub fn poll_many(fds: &mut [libc::pollfd], deadline: Option<Instant>) -> io::Result<()> {
+    let timeout = deadline.map(|deadline| {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        libc::timespec {
+            tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        }
+    });
+    let timeout_ptr = timeout
+        .as_ref()
+        .map_or(std::ptr::null(), |timeout| timeout as *const libc::timespec);
+    // SAFETY: `fds` is a slice of pollfds we own for the call; the timeout outlives it.
+    let rc = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            timeout_ptr,
+            std::ptr::null(),
+        )
+    };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+        fds.iter_mut().for_each(|pfd| pfd.revents = 0);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -14,10 +14,12 @@
 mod engine;
 mod icmp;
 pub(crate) use icmp::{echo_packet, internet_checksum, open_echo_socket};
+mod shared;
 mod tcp;
 pub(crate) mod udp;
 
 pub use engine::{LatencyError, Progress};
+pub use shared::SharedProber;
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
@@ -70,49 +72,80 @@ pub fn run_latency(
     spec: &LatencySpec,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<LatencyResult, LatencyError> {
-    validate(spec)?;
-    let target = resolve_target(&spec.target, spec.port)?;
-    let start_time = chrono::Utc::now();
-    // The engines probe from this thread: its CPU, and the host's, are the probe's.
-    let (thread_mark, host_mark) = (ThreadCpuMark::now(), HostCpuMark::now());
+    let target = prepare(spec)?;
+    let started = RunStart::now();
     let run = match spec.protocol {
         LatencyProtocol::Udp => udp::run(spec, target, progress)?,
         LatencyProtocol::Tcp => tcp::run(spec, target, progress)?,
         LatencyProtocol::Icmp => icmp::run(spec, target, progress)?,
     };
-    let thread_use = thread_mark.elapsed();
-    let host_busy_ratio = host_mark
-        .zip(HostCpuMark::now())
-        .and_then(|(before, after)| before.busy_ratio_until(&after));
-    let probe_cpu = ProbeCpu::judge(
-        host_busy_ratio,
-        thread_use.cpu_ratio(),
-        thread_use
-            .runqueue_wait_s
-            .map(|_| thread_use.runqueue_wait_ratio()),
-    );
-    let (summary, samples) = summarize(&run);
-    Ok(LatencyResult {
-        test: "latency".into(),
-        tool: "native".into(),
-        // The port actually probed (TARGET may carry one).
-        spec: LatencySpec {
-            port: target.port(),
-            ..spec.clone()
-        },
-        // ICMP has no port.
-        target_addr: match spec.protocol {
-            LatencyProtocol::Icmp => target.ip().to_string(),
-            _ => target.to_string(),
-        },
-        start_time,
-        end_time: chrono::Utc::now(),
-        timestamping: run.timestamping,
-        summary,
-        samples,
-        probe_cpu: Some(probe_cpu),
-    })
+    Ok(started.result(spec, target, &run))
 }
+
+/// Checks `spec` and resolves its target (a host name's lookup blocks).
+fn prepare(spec: &LatencySpec) -> Result<SocketAddr, LatencyError> {
+    validate(spec)?;
+    resolve_target(&spec.target, spec.port)
+}
+
+/// When a run began, with the CPU counters of the thread that probes and of the host:
+/// their use over the run says whether the probes' timing could be trusted.
+struct RunStart {
+    start_time: chrono::DateTime<chrono::Utc>,
+    thread_mark: ThreadCpuMark,
+    host_mark: Option<HostCpuMark>,
+}
+
+impl RunStart {
+    /// Call on the thread that probes.
+    fn now() -> Self {
+        Self {
+            start_time: chrono::Utc::now(),
+            thread_mark: ThreadCpuMark::now(),
+            host_mark: HostCpuMark::now(),
+        }
+    }
+
+    /// The result of `run`, measured since this start (call on the same thread).
+    fn result(self, spec: &LatencySpec, target: SocketAddr, run: &EngineRun) -> LatencyResult {
+        let thread_use = self.thread_mark.elapsed();
+        let host_busy_ratio = self
+            .host_mark
+            .zip(HostCpuMark::now())
+            .and_then(|(before, after)| before.busy_ratio_until(&after));
+        let probe_cpu = ProbeCpu::judge(
+            host_busy_ratio,
+            thread_use.cpu_ratio(),
+            thread_use
+                .runqueue_wait_s
+                .map(|_| thread_use.runqueue_wait_ratio()),
+        );
+        let (summary, samples) = summarize(run);
+        LatencyResult {
+            test: "latency".into(),
+            tool: "native".into(),
+            // The port actually probed (TARGET may carry one).
+            spec: LatencySpec {
+                port: target.port(),
+                ..spec.clone()
+            },
+            // ICMP has no port.
+            target_addr: match spec.protocol {
+                LatencyProtocol::Icmp => target.ip().to_string(),
+                _ => target.to_string(),
+            },
+            start_time: self.start_time,
+            end_time: chrono::Utc::now(),
+            timestamping: run.timestamping,
+            summary,
+            samples,
+            probe_cpu: Some(probe_cpu),
+        }
+    }
+}
+
+/// The longest a run may last: a week.
+const MAX_RUN_US: u64 = 7 * 86_400_000_000;
 
 fn validate(spec: &LatencySpec) -> Result<(), LatencyError> {
     let invalid = |m: String| Err(LatencyError::InvalidSpec(m));
@@ -121,6 +154,20 @@ fn validate(spec: &LatencySpec) -> Result<(), LatencyError> {
     }
     if spec.timeout_us == 0 {
         return invalid("--timeout must be positive".into());
+    }
+    // Bounded so that no probe's time overflows the clock's arithmetic.
+    let run_us = u64::from(spec.count)
+        .checked_mul(spec.interval_us)
+        .and_then(|probes_us| probes_us.checked_add(spec.timeout_us));
+    if run_us.is_none_or(|run_us| run_us > MAX_RUN_US) {
+        return invalid(format!(
+            "--count {} x --interval {} us + --timeout {} us is longer than a run may last \
+             ({} days)",
+            spec.count,
+            spec.interval_us,
+            spec.timeout_us,
+            MAX_RUN_US / 86_400_000_000
+        ));
     }
     if spec.dscp > 63 {
         return invalid(format!("--dscp {} is out of range 0..=63", spec.dscp));
@@ -249,6 +296,31 @@ mod tests {
             .to_string()
             .contains("notaport"));
         assert!(resolve_target("no-such-host.invalid", 1).is_err());
+    }
+
+    #[test]
+    fn a_run_longer_than_a_week_is_refused_before_any_probe() {
+        let spec = |count: u32, interval_us: u64| LatencySpec {
+            target: "127.0.0.1".into(),
+            port: 9,
+            protocol: LatencyProtocol::Udp,
+            count,
+            interval_us,
+            timeout_us: 5_000_000,
+            size_bytes: 64,
+            dscp: 0,
+            allow_fragmentation: false,
+            tx_timestamp: vantage_model::latency::TransmitStamp::Kernel,
+            udp_mode: Default::default(),
+        };
+        assert!(validate(&spec(600, 1_000_000_000)).is_ok());
+        for too_long in [spec(700, 1_000_000_000), spec(3, u64::MAX / 2)] {
+            let error = validate(&too_long).unwrap_err().to_string();
+            assert!(
+                error.contains("longer than a run may last (7 days)"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

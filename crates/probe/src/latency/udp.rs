@@ -19,7 +19,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -32,9 +32,8 @@ use vantage_stats::{distribution, split_loss, Bracket, SequenceTracker};
 use super::engine::{EngineRun, LatencyError, ProbeOutcome, Progress};
 use crate::clock::local_clock_sync;
 use crate::mtu::{check_fragmentation, ip_header_bytes, path_mtu, UDP_HEADER_BYTES};
-use crate::pacing::sleep_until;
 use crate::timestamp::{
-    drain_tx_stamps, enable_timestamping, now_unix_ns, poll_readable, recv_with_meta,
+    drain_tx_stamps, enable_timestamping, now_unix_ns, poll_readable, poll_until, recv_with_meta,
 };
 use crate::twamp::{self, ErrorEstimate, NtpTimestamp, ReflectorPacket, SenderPacket};
 
@@ -98,10 +97,12 @@ pub(crate) struct TwampClient {
 }
 
 impl TwampClient {
+    /// A client for a run that numbers its packets `0..packets`.
     pub fn connect(
         peer: SocketAddr,
         dscp: u8,
         tx_timestamp: TransmitStamp,
+        packets: u32,
     ) -> Result<Self, LatencyError> {
         let io = |what: &str| {
             let what = format!("{what} (UDP to {peer})");
@@ -127,7 +128,9 @@ impl TwampClient {
             peer,
             sent: Vec::new(),
             replies: Vec::new(),
-            arrival_order: SequenceTracker::new(),
+            // Sized to the run, up to the default 64 Ki numbers (16 KiB): an agent in a
+            // dense mesh has hundreds of runs of a dozen packets open.
+            arrival_order: SequenceTracker::with_window(u64::from(packets).min(1 << 16)),
             duplicates: 0,
             refused: false,
             send_buffer: Vec::new(),
@@ -231,7 +234,6 @@ impl TwampClient {
         done: &mut dyn FnMut(&Self) -> bool,
         buf: &mut [u8],
     ) -> Result<(), LatencyError> {
-        let fd = self.socket.as_raw_fd();
         loop {
             if done(self) {
                 return Ok(());
@@ -245,40 +247,52 @@ impl TwampClient {
                 .as_micros()
                 .div_ceil(1000)
                 .min(i32::MAX as u128) as i32;
-            let revents = poll_readable(fd, wait_ms)
+            let revents = poll_readable(self.socket.as_raw_fd(), wait_ms)
                 .map_err(|e| LatencyError::io("waiting for replies", e))?;
             if revents & libc::POLLERR != 0 {
                 self.collect_tx_stamps();
             }
-            if revents & libc::POLLIN == 0 {
-                continue;
+            if revents & libc::POLLIN != 0 {
+                self.drain_into(buf)?;
             }
-            loop {
-                match recv_with_meta(fd, buf, libc::MSG_DONTWAIT) {
-                    Ok(received) => {
-                        let rx_ns = received.kernel_rx_ns.unwrap_or_else(now_unix_ns);
-                        if received.truncated {
-                            continue;
-                        }
-                        // Anything that is not a reply to one of our probes is ignored.
-                        let Ok(packet) = twamp::parse_reflector(&buf[..received.len]) else {
-                            continue;
-                        };
-                        if self
-                            .stamp_ssid
-                            .is_some_and(|ours| packet.ssid != 0 && packet.ssid != ours)
-                        {
-                            continue; // another STAMP session's reply
-                        }
-                        self.record_reply(packet, rx_ns, received.kernel_rx_ns.is_some());
+        }
+    }
+
+    /// Reads every reply queued on the socket without waiting.
+    pub fn drain_replies(&mut self) -> Result<(), LatencyError> {
+        let mut buf = std::mem::take(&mut self.receive_buffer);
+        let result = self.drain_into(&mut buf);
+        self.receive_buffer = buf;
+        result
+    }
+
+    fn drain_into(&mut self, buf: &mut [u8]) -> Result<(), LatencyError> {
+        let fd = self.socket.as_raw_fd();
+        loop {
+            match recv_with_meta(fd, buf, libc::MSG_DONTWAIT) {
+                Ok(received) => {
+                    let rx_ns = received.kernel_rx_ns.unwrap_or_else(now_unix_ns);
+                    if received.truncated {
+                        continue;
                     }
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(err) if err.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                        self.refused = true;
-                        break;
+                    // Anything that is not a reply to one of our probes is ignored.
+                    let Ok(packet) = twamp::parse_reflector(&buf[..received.len]) else {
+                        continue;
+                    };
+                    if self
+                        .stamp_ssid
+                        .is_some_and(|ours| packet.ssid != 0 && packet.ssid != ours)
+                    {
+                        continue; // another STAMP session's reply
                     }
-                    Err(err) => return Err(LatencyError::io("receiving replies", err)),
+                    self.record_reply(packet, rx_ns, received.kernel_rx_ns.is_some());
                 }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(err) if err.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    self.refused = true;
+                    return Ok(());
+                }
+                Err(err) => return Err(LatencyError::io("receiving replies", err)),
             }
         }
     }
@@ -302,13 +316,16 @@ impl TwampClient {
         self.arrival_order.observe(u64::from(packet.sender_seq));
     }
 
-    /// Moves queued kernel transmit stamps onto the packets they belong to.
-    pub fn collect_tx_stamps(&mut self) {
-        for stamp in drain_tx_stamps(self.socket.as_raw_fd()) {
+    /// Moves queued kernel transmit stamps onto the packets they belong to; how many
+    /// there were.
+    pub fn collect_tx_stamps(&mut self) -> usize {
+        let stamps = drain_tx_stamps(self.socket.as_raw_fd());
+        for stamp in &stamps {
             if let Some(sent) = self.sent.get_mut(stamp.send_index as usize) {
                 sent.kernel_tx_ns = Some(stamp.kernel_tx_ns);
             }
         }
+        stamps.len()
     }
 
     /// The reply to `sender_seq` if it came back within `timeout` of the send.
@@ -382,82 +399,224 @@ pub(crate) fn exchange_delays_us(t1: i64, t2: i64, t3: i64, t4: i64) -> (f64, f6
     )
 }
 
+/// Where a [`UdpSession`] is.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Counted probe `next` (1..=count) is due at `start + interval * (next - 1)`.
+    Probing {
+        next: u32,
+    },
+    /// Every probe is out, the closing bracket too: replies are awaited until `deadline`.
+    Awaiting {
+        deadline: Instant,
+    },
+    /// Replies are in; kernel transmit stamps can trail the last reply by a moment.
+    StampGrace {
+        until: Instant,
+    },
+    Done,
+}
+
+/// One UDP latency run as a state machine without I/O waits of its own: the caller
+/// owns the waiting (`poll(2)` on this one socket in [`run`], on many sockets in the
+/// shared prober) and calls [`UdpSession::on_readable`] when the socket has something
+/// and [`UdpSession::on_time`] once [`UdpSession::next_wake`] has come. Stamps are
+/// taken at the send and by the kernel at the receive, so a caller that serves many
+/// sessions does not blur what one measures.
+pub(crate) struct UdpSession {
+    client: TwampClient,
+    target: SocketAddr,
+    size: usize,
+    count: u32,
+    interval: Duration,
+    timeout: Duration,
+    start: Instant,
+    start_ns: i64,
+    /// Kernel transmit stamps were asked for.
+    kernel_tx: bool,
+    phase: Phase,
+}
+
+impl UdpSession {
+    /// Opens the socket and sends the opening bracket (sender sequence number 0;
+    /// 1..=count are the counted probes, count + 1 the closing bracket).
+    pub fn start(spec: &LatencySpec, target: SocketAddr) -> Result<Self, LatencyError> {
+        let size = spec.size_bytes as usize;
+        if spec.udp_mode == UdpMode::Stamp && !twamp::stamp_len_ok(size) {
+            return Err(LatencyError::InvalidSpec(format!(
+                "--size {size}: {}",
+                twamp::TwampError::StampSize { len: size }
+            )));
+        }
+        // Counted probes 1..=count between the brackets 0 and count + 1.
+        let packets = spec.count.saturating_add(2);
+        let mut client = TwampClient::connect(target, spec.dscp, spec.tx_timestamp, packets)?;
+        if spec.udp_mode == UdpMode::Stamp {
+            // Any non-zero value: it only has to tell our replies from other sessions'.
+            client.use_stamp(rand::random::<u16>().max(1));
+        }
+        client.check_size(spec.size_bytes, spec.allow_fragmentation)?;
+        let mut session = Self {
+            client,
+            target,
+            size,
+            count: spec.count,
+            interval: Duration::from_micros(spec.interval_us),
+            timeout: Duration::from_micros(spec.timeout_us),
+            start: Instant::now(),
+            start_ns: now_unix_ns(),
+            kernel_tx: spec.tx_timestamp == TransmitStamp::Kernel,
+            phase: Phase::Probing { next: 1 },
+        };
+        session.send(0)?;
+        Ok(session)
+    }
+
+    /// Sends packet `seq`. The kernel stamps a send on its way out, mostly before
+    /// `send` returns: taken at once, the stamp does not wake a caller that waits on
+    /// many sockets.
+    fn send(&mut self, seq: u32) -> Result<(), LatencyError> {
+        self.client.send(seq, self.size)?;
+        if self.kernel_tx {
+            self.client.collect_tx_stamps();
+        }
+        Ok(())
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.client.socket.as_fd()
+    }
+
+    /// When [`UdpSession::on_time`] has work; `None` once the run is over.
+    pub fn next_wake(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Probing { next } => Some(self.start + self.interval * (next - 1)),
+            Phase::Awaiting { deadline } => Some(deadline),
+            Phase::StampGrace { until } => Some(until),
+            Phase::Done => None,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    /// Takes what `poll(2)` reported on the socket: transmit stamps on `POLLERR`,
+    /// replies on `POLLIN`.
+    pub fn on_readable(&mut self, revents: i16) -> Result<(), LatencyError> {
+        let stamps = match revents & libc::POLLERR {
+            0 => 0,
+            _ => self.client.collect_tx_stamps(),
+        };
+        // An ICMP port unreachable shows as POLLERR too, until a receive reads it.
+        if revents & libc::POLLIN != 0 || revents & libc::POLLERR != 0 && stamps == 0 {
+            self.client.drain_replies()?;
+        }
+        if let Phase::Awaiting { .. } = self.phase {
+            let all_in = self.client.replies.iter().skip(1).all(Option::is_some);
+            if all_in || refused_before_any_answer(&self.client) {
+                self.stop_receiving()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the probes due by `now` (late ones go at once), or ends the waits that
+    /// are over.
+    pub fn on_time(
+        &mut self,
+        now: Instant,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(), LatencyError> {
+        while let Phase::Probing { next } = self.phase {
+            if self.start + self.interval * (next - 1) > now {
+                return Ok(());
+            }
+            match self.send(next) {
+                Ok(()) => {}
+                Err(err) if refused_before_any_answer(&self.client) => return Err(err),
+                // A refusal mid-run (e.g. the endpoint restarted) is loss, not an abort.
+                Err(LatencyError::Refused { .. }) => self.client.refused = false,
+                Err(err) => return Err(err),
+            }
+            progress(Progress {
+                sent: next,
+                answered: self.answered(),
+                total: self.count,
+            });
+            if refused_before_any_answer(&self.client) {
+                return Err(refused(self.target));
+            }
+            if next < self.count {
+                self.phase = Phase::Probing { next: next + 1 };
+            } else {
+                self.send(self.count + 1)?;
+                let last_sent = self.client.sent.last().map_or(self.start, |s| s.sent_at);
+                self.phase = Phase::Awaiting {
+                    deadline: last_sent + self.timeout,
+                };
+            }
+        }
+        match self.phase {
+            Phase::Awaiting { deadline } if now >= deadline => self.stop_receiving(),
+            Phase::StampGrace { until } if now >= until => {
+                self.client.collect_tx_stamps();
+                self.phase = Phase::Done;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn stop_receiving(&mut self) -> Result<(), LatencyError> {
+        if refused_before_any_answer(&self.client) {
+            return Err(refused(self.target));
+        }
+        self.client.collect_tx_stamps();
+        // Stamps can trail the last reply by a moment; give them one short chance.
+        self.phase = if self.client.sent.iter().any(|s| s.kernel_tx_ns.is_none()) {
+            Phase::StampGrace {
+                until: Instant::now() + Duration::from_millis(2),
+            }
+        } else {
+            Phase::Done
+        };
+        Ok(())
+    }
+
+    fn answered(&self) -> u32 {
+        let counted = self.client.replies.iter().skip(1).take(self.count as usize);
+        counted.flatten().count() as u32
+    }
+
+    /// The run's outcomes, once [`UdpSession::is_done`].
+    pub fn finish(self, progress: &mut dyn FnMut(Progress)) -> EngineRun {
+        progress(Progress {
+            sent: self.count,
+            answered: self.answered(),
+            total: self.count,
+        });
+        build_run(&self.client, self.count, self.timeout, self.start_ns)
+    }
+}
+
+/// Runs one session on this thread.
 pub(super) fn run(
     spec: &LatencySpec,
     target: SocketAddr,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<EngineRun, LatencyError> {
-    let size = spec.size_bytes as usize;
-    if spec.udp_mode == UdpMode::Stamp && !twamp::stamp_len_ok(size) {
-        return Err(LatencyError::InvalidSpec(format!(
-            "--size {size}: {}",
-            twamp::TwampError::StampSize { len: size }
-        )));
-    }
-    let mut client = TwampClient::connect(target, spec.dscp, spec.tx_timestamp)?;
-    if spec.udp_mode == UdpMode::Stamp {
-        // Any non-zero value: it only has to tell our replies from other sessions'.
-        client.use_stamp(rand::random::<u16>().max(1));
-    }
-    client.check_size(spec.size_bytes, spec.allow_fragmentation)?;
-    let count = spec.count;
-    let interval = Duration::from_micros(spec.interval_us);
-    let timeout = Duration::from_micros(spec.timeout_us);
-    // Sender sequence numbers: 0 = opening bracket, 1..=count = counted probes,
-    // count + 1 = closing bracket.
-    let closing_seq = count + 1;
-    let start = Instant::now();
-    let start_ns = now_unix_ns();
-    client.send(0, size)?;
-    let answered = |c: &TwampClient| {
-        c.replies
-            .iter()
-            .skip(1)
-            .take(count as usize)
-            .flatten()
-            .count() as u32
-    };
-    for i in 0..count {
-        let due = start + interval * i;
-        client.receive_until(due, &mut |_| false)?;
-        sleep_until(due);
-        match client.send(i + 1, size) {
-            Ok(()) => {}
-            Err(err) if refused_before_any_answer(&client) => return Err(err),
-            // A refusal mid-run (e.g. the endpoint restarted) is loss, not an abort.
-            Err(LatencyError::Refused { .. }) => client.refused = false,
-            Err(err) => return Err(err),
-        }
-        progress(Progress {
-            sent: i + 1,
-            answered: answered(&client),
-            total: count,
-        });
-        if refused_before_any_answer(&client) {
-            return Err(refused(target));
+    let mut session = UdpSession::start(spec, target)?;
+    while let Some(wake) = session.next_wake() {
+        let revents = poll_until(session.fd().as_raw_fd(), wake)
+            .map_err(|e| LatencyError::io("waiting for replies", e))?;
+        if revents != 0 {
+            session.on_readable(revents)?;
+        } else {
+            session.on_time(Instant::now(), progress)?;
         }
     }
-    client.send(closing_seq, size)?;
-    let last_deadline = client.sent.last().map_or(start, |s| s.sent_at) + timeout;
-    client.receive_until(last_deadline, &mut |c| {
-        c.refused && c.replies.iter().all(Option::is_none)
-            || c.replies.iter().skip(1).all(Option::is_some)
-    })?;
-    if refused_before_any_answer(&client) {
-        return Err(refused(target));
-    }
-    client.collect_tx_stamps();
-    // Stamps can trail the last reply by a moment; give them one short chance.
-    if client.sent.iter().any(|s| s.kernel_tx_ns.is_none()) {
-        std::thread::sleep(Duration::from_millis(2));
-        client.collect_tx_stamps();
-    }
-    progress(Progress {
-        sent: count,
-        answered: answered(&client),
-        total: count,
-    });
-    Ok(build_run(&client, count, timeout, start_ns))
+    Ok(session.finish(progress))
 }
 
 fn refused_before_any_answer(client: &TwampClient) -> bool {

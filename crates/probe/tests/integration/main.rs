@@ -10,6 +10,7 @@ mod iperf3_interop;
 mod latency_loopback;
 mod latency_netns;
 mod reflector_abuse;
+mod shared_prober;
 mod stamp_interop;
 mod throughput_native;
 mod throughput_netns;
