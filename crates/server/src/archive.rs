@@ -572,6 +572,34 @@ impl Archive {
         notify_on(&self.pool, channel, payload).await
     }
 
+    /// The columns of `results` [`result_from_row`] reads, qualified by `table` (`r.`
+    /// in a join), with the raw document when `raw`.
+    fn result_columns(&self, table: &str, raw: bool) -> String {
+        let metrics = match self.backend {
+            Backend::Sqlite => format!("{table}metrics"),
+            Backend::Postgres => format!("CAST({table}metrics AS text) AS metrics"),
+        };
+        let raw = if raw {
+            format!(", {table}raw")
+        } else {
+            String::new()
+        };
+        format!(
+            "{table}run_id, {table}test, {table}client, {table}server, {table}start_us, \
+             {table}end_us, {table}outcome, {table}error, {metrics}{raw}"
+        )
+    }
+
+    /// The SQL value of the metric named by bound parameter `$n` in a result's
+    /// metrics (NULL where the result has none of that name).
+    fn metric_value(&self, table: &str, n: usize) -> String {
+        match self.backend {
+            // `->>` with a text label reads that key of the object (SQLite 3.38).
+            Backend::Sqlite => format!("({table}metrics ->> ${n})"),
+            Backend::Postgres => format!("CAST({table}metrics ->> ${n} AS double precision)"),
+        }
+    }
+
     /// Starts a transaction that will write. On SQLite it runs on the writer's own
     /// connection, so writers queue for it in order, each woken as soon as the one
     /// before commits (not in SQLite's busy handler, which polls with sleeps of up to
@@ -1307,7 +1335,7 @@ impl Archive {
 
     /// Stores checked uploads in one transaction; answers for each whether it was
     /// stored (false: its run already had a result). The batch costs a fixed number of
-    /// statements whatever its size (the results, their metrics and the runs' new
+    /// statements whatever its size (the results with their metrics, and the runs' new
     /// states, each as one set), so the database's round trips do not grow with it.
     async fn store_accepted(&self, accepted: &[Accepted]) -> Result<Vec<bool>, ArchiveError> {
         let received = now_us();
@@ -1315,10 +1343,19 @@ impl Archive {
             .write_transaction()
             .await
             .map_err(sql("ingesting results"))?;
-        let stored = self.insert_results(&mut tx, accepted, received).await?;
+        let stored_ids = self.insert_results(&mut tx, accepted, received).await?;
+        // A run that two uploads of the set carry is stored once, for the first.
+        let mut claimed = HashSet::with_capacity(stored_ids.len());
+        let stored: Vec<bool> = accepted
+            .iter()
+            .map(|candidate| {
+                stored_ids.contains(&candidate.run.id) && claimed.insert(candidate.run.id.as_str())
+            })
+            .collect();
         let new: Vec<&Accepted> = accepted
             .iter()
-            .filter(|candidate| stored.contains(&candidate.run.id))
+            .zip(&stored)
+            .filter_map(|(candidate, stored)| stored.then_some(candidate))
             .collect();
         for candidate in &new {
             if let Some(pcapng) = &candidate.packets {
@@ -1333,7 +1370,6 @@ impl Archive {
                 .map_err(sql("storing a capture's packets"))?;
             }
         }
-        self.insert_metrics(&mut tx, &new).await?;
         self.complete_runs(&mut tx, &new).await?;
         if let Some(replicas) = &self.replicas {
             // Inside the transaction: PostgreSQL delivers it on commit, so the other
@@ -1344,10 +1380,7 @@ impl Archive {
             }
         }
         tx.commit().await.map_err(sql("ingesting results"))?;
-        Ok(accepted
-            .iter()
-            .map(|candidate| stored.contains(&candidate.run.id))
-            .collect())
+        Ok(stored)
     }
 
     /// The runs the uploads name, by id.
@@ -1427,12 +1460,15 @@ impl Archive {
                 (fresh, SQLITE_INSERT, "")
             }
         };
+        // The metrics object is the last column: jsonb on PostgreSQL, bound as text.
+        let mut columns = [None; 11];
+        columns[10] = Some("jsonb");
         let mut stored = HashSet::with_capacity(fresh.len());
         for chunk in row_chunks(self.backend, &fresh) {
             let text = format!(
                 "{insert} INTO results (run_id, test, client, server, start_us, end_us, received_us, \
-                 outcome, error, raw) VALUES {}{on_conflict}",
-                value_rows(self.backend, 10, chunk.len())
+                 outcome, error, raw, metrics) VALUES {}{on_conflict}",
+                typed_value_rows(self.backend, &columns, chunk.len())
             );
             let mut query = sqlx::query(&text);
             for candidate in chunk {
@@ -1446,7 +1482,8 @@ impl Archive {
                     .bind(received_us)
                     .bind(candidate.outcome)
                     .bind(candidate.error.as_deref())
-                    .bind(&candidate.raw);
+                    .bind(&candidate.raw)
+                    .bind(to_json_text(&candidate.metrics));
             }
             match self.backend {
                 Backend::Postgres => {
@@ -1469,99 +1506,6 @@ impl Archive {
             }
         }
         Ok(stored)
-    }
-
-    /// The summary metrics of newly stored results, one row per metric. Several per
-    /// result, and small: on PostgreSQL they go as one JSON parameter (see
-    /// [`postgres_json_rows`]) in one statement, on SQLite as bound values in set
-    /// statements (see [`row_chunks`]).
-    async fn insert_metrics(
-        &self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-        new: &[&Accepted],
-    ) -> Result<(), ArchiveError> {
-        if new.iter().all(|candidate| candidate.metrics.is_empty()) {
-            return Ok(());
-        }
-        match self.backend {
-            Backend::Postgres => {
-                // One JSON object per result, its metrics an object inside it: the
-                // run's id, pair and start are not repeated for each metric (parsing
-                // the parameter was an eighth of PostgreSQL's time ingesting results).
-                #[derive(Serialize)]
-                struct Measured<'a> {
-                    run_id: &'a str,
-                    start_us: i64,
-                    client: &'a str,
-                    server: &'a str,
-                    test: &'a str,
-                    metrics: &'a BTreeMap<String, f64>,
-                }
-                let measured: Vec<Measured> = new
-                    .iter()
-                    .filter(|candidate| !candidate.metrics.is_empty())
-                    .map(|candidate| Measured {
-                        run_id: &candidate.run.id,
-                        start_us: candidate.start_us,
-                        client: &candidate.run.client,
-                        server: &candidate.run.server,
-                        test: &candidate.run.test,
-                        metrics: &candidate.metrics,
-                    })
-                    .collect();
-                let source = postgres_json_rows(&[
-                    ("run_id", SqlType::Text),
-                    ("start_us", SqlType::Integer),
-                    ("client", SqlType::Text),
-                    ("server", SqlType::Text),
-                    ("test", SqlType::Text),
-                    ("metrics", SqlType::Json),
-                ]);
-                sqlx::query(&format!(
-                    "INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) \
-                     SELECT x.run_id, m.key, CAST(m.value AS double precision), x.start_us, x.client, \
-                     x.server, x.test FROM {source} CROSS JOIN json_each_text(x.metrics) AS m"
-                ))
-                .bind(to_json_text(&measured))
-                .execute(&mut **tx)
-                .await
-                .map_err(sql("ingesting results"))?;
-            }
-            Backend::Sqlite => {
-                let rows: Vec<(&Accepted, &str, f64)> = new
-                    .iter()
-                    .flat_map(|candidate| {
-                        candidate
-                            .metrics
-                            .iter()
-                            .map(move |(name, value)| (*candidate, name.as_str(), *value))
-                    })
-                    .collect();
-                for chunk in row_chunks(self.backend, &rows) {
-                    let text = format!(
-                        "{SQLITE_INSERT} INTO result_metrics (run_id, name, value, start_us, client, server, test) VALUES {}",
-                        value_rows(self.backend, 7, chunk.len())
-                    );
-                    let mut query = sqlx::query(&text);
-                    for (candidate, name, value) in chunk {
-                        query = query
-                            .bind(&candidate.run.id)
-                            .bind(*name)
-                            .bind(*value)
-                            .bind(candidate.start_us)
-                            .bind(&candidate.run.client)
-                            .bind(&candidate.run.server)
-                            .bind(&candidate.run.test);
-                    }
-                    let done = query
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(sql("ingesting results"))?;
-                    all_written("result_metrics", chunk.len(), done.rows_affected())?;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Marks the runs of newly stored results completed or failed, with their times.
@@ -1599,26 +1543,31 @@ impl Archive {
     }
 
     pub async fn results(&self, filter: &ResultFilter) -> Result<Vec<StoredResult>, ArchiveError> {
-        let raw_column = if filter.include_raw { ", raw" } else { "" };
         let (clause, binds) = result_where(filter, "");
         let text = format!(
-            "SELECT run_id, test, client, server, start_us, end_us, outcome, error{raw_column} \
-             FROM results {clause} ORDER BY start_us DESC LIMIT {limit}",
+            "SELECT {columns} FROM results {clause} ORDER BY start_us DESC LIMIT {limit}",
+            columns = self.result_columns("", filter.include_raw),
             limit = filter.limit.max(1)
         );
-        let mut query = sqlx::query(&text);
+        self.read_results(&text, binds, filter.include_raw, "querying results")
+            .await
+    }
+
+    /// The results `text` selects (their [`Archive::result_columns`]), `binds` bound in
+    /// order; `doing` names the read in its error.
+    async fn read_results(
+        &self,
+        text: &str,
+        binds: Vec<Bind>,
+        raw: bool,
+        doing: &'static str,
+    ) -> Result<Vec<StoredResult>, ArchiveError> {
+        let mut query = sqlx::query(text);
         for bind in binds {
             query = bind.apply(query);
         }
-        let rows = query
-            .fetch_all(&self.pool)
-            .await
-            .map_err(sql("querying results"))?;
-        let results = rows
-            .iter()
-            .map(|row| result_from_row(row, filter.include_raw))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.with_metrics(results).await
+        let rows = query.fetch_all(&self.pool).await.map_err(sql(doing))?;
+        rows.iter().map(|row| result_from_row(row, raw)).collect()
     }
 
     /// Stored results by run id, with their metrics and without raw documents, in the
@@ -1630,8 +1579,8 @@ impl Archive {
         let mut found = HashMap::with_capacity(run_ids.len());
         for chunk in row_chunks(self.backend, run_ids) {
             let text = format!(
-                "SELECT run_id, test, client, server, start_us, end_us, outcome, error \
-                 FROM results WHERE run_id IN ({})",
+                "SELECT {} FROM results WHERE run_id IN ({})",
+                self.result_columns("", false),
                 placeholders(self.backend, chunk.len())
             );
             let mut query = sqlx::query(&text);
@@ -1647,25 +1596,24 @@ impl Archive {
                 found.insert(result.run_id.clone(), result);
             }
         }
-        let ordered = run_ids.iter().filter_map(|id| found.remove(id)).collect();
-        self.with_metrics(ordered).await
+        Ok(run_ids.iter().filter_map(|id| found.remove(id)).collect())
     }
 
     /// One stored result with its raw document and metrics.
     pub async fn stored_result(&self, run_id: &str) -> Result<Option<StoredResult>, ArchiveError> {
-        let row = sqlx::query(
-            "SELECT run_id, test, client, server, start_us, end_us, outcome, error, raw \
-             FROM results WHERE run_id = $1",
-        )
-        .bind(run_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(sql("reading a result"))?;
+        let text = format!(
+            "SELECT {} FROM results WHERE run_id = $1",
+            self.result_columns("", true)
+        );
+        let row = sqlx::query(&text)
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql("reading a result"))?;
         let Some(row) = row else {
             return Ok(None);
         };
-        let result = result_from_row(&row, true)?;
-        Ok(self.with_metrics(vec![result]).await?.pop())
+        result_from_row(&row, true).map(Some)
     }
 
     /// Queues the delivery of a stored result to each of `archivers` (once each: a
@@ -1772,39 +1720,6 @@ impl Archive {
             .get("n"))
     }
 
-    /// Fills in the stored metrics of each result.
-    async fn with_metrics(
-        &self,
-        mut results: Vec<StoredResult>,
-    ) -> Result<Vec<StoredResult>, ArchiveError> {
-        // Bounded IN lists: one query per chunk of run ids.
-        for chunk in results.chunks_mut(500) {
-            let text = format!(
-                "SELECT run_id, name, value FROM result_metrics WHERE run_id IN ({})",
-                placeholders(self.backend, chunk.len())
-            );
-            let mut query = sqlx::query(&text);
-            for result in chunk.iter() {
-                query = query.bind(result.run_id.as_str());
-            }
-            let rows = query
-                .fetch_all(&self.pool)
-                .await
-                .map_err(sql("reading result metrics"))?;
-            let mut by_run: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-            for row in &rows {
-                by_run
-                    .entry(row.get("run_id"))
-                    .or_default()
-                    .insert(row.get("name"), row.get("value"));
-            }
-            for result in chunk.iter_mut() {
-                result.metrics = by_run.remove(&result.run_id).unwrap_or_default();
-            }
-        }
-        Ok(results)
-    }
-
     /// `metric` downsampled into `bucket_us`-wide buckets over `[from_us, to_us)`.
     /// `metric` is a metric name of some test kind (bound, not spliced).
     pub async fn series(
@@ -1814,15 +1729,16 @@ impl Archive {
         bucket_us: i64,
     ) -> Result<Vec<SeriesBucket>, ArchiveError> {
         let origin_us = filter.from_us.unwrap_or(0);
-        // One index range scan of result_metrics (name, client, server, test, start).
+        // One range scan of the index on (client, server, test, start), which carries
+        // the metrics: the table is not read.
         let (clause, binds) = result_where(filter, "");
-        let metric_bind = binds.len() + 1;
+        let value = self.metric_value("", binds.len() + 1);
         let text = format!(
             "SELECT (start_us - {origin_us}) / {bucket} AS bucket, COUNT(value) AS n, AVG(value) AS avg_value, \
-             MIN(value) AS min_value, MAX(value) AS max_value FROM result_metrics {clause} \
-             {and} name = ${metric_bind} GROUP BY bucket ORDER BY bucket",
+             MIN(value) AS min_value, MAX(value) AS max_value \
+             FROM (SELECT start_us, {value} AS value FROM results {clause}) AS measured \
+             WHERE value IS NOT NULL GROUP BY bucket ORDER BY bucket",
             bucket = bucket_us.max(1),
-            and = if clause.is_empty() { "WHERE" } else { "AND" },
         );
         let mut query = sqlx::query(&text);
         for bind in binds {
@@ -1854,12 +1770,12 @@ impl Archive {
         since: Since,
     ) -> Result<Vec<MetricValue>, ArchiveError> {
         let (condition, instant_us) = since.condition();
-        // CROSS JOIN keeps `results` the outer loop on SQLite, so the read walks the
-        // index on the results' start or arrival rather than every value the metric
-        // ever had (PostgreSQL plans it by its statistics either way).
+        // Through the index on the results' start or arrival.
         let text = format!(
-            "SELECT m.client, m.server, m.test, m.start_us, m.value FROM results r \
-             CROSS JOIN result_metrics m WHERE m.run_id = r.run_id AND m.name = $1 AND {condition}"
+            "SELECT client, server, test, start_us, value FROM (SELECT r.client, r.server, r.test, \
+             r.start_us, {value} AS value FROM results r WHERE {condition}) AS measured \
+             WHERE value IS NOT NULL",
+            value = self.metric_value("r.", 1)
         );
         let rows = sqlx::query(&text)
             .bind(metric)
@@ -1886,20 +1802,13 @@ impl Archive {
         test: &str,
         after_us: i64,
     ) -> Result<Vec<StoredResult>, ArchiveError> {
-        let rows = sqlx::query(
-            "SELECT run_id, test, client, server, start_us, end_us, outcome, error, raw FROM results \
-             WHERE received_us > $1 AND test = $2 AND outcome = 'completed'",
-        )
-        .bind(after_us)
-        .bind(test)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(sql("reading newly received results"))?;
-        let results = rows
-            .iter()
-            .map(|row| result_from_row(row, true))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.with_metrics(results).await
+        let text = format!(
+            "SELECT {} FROM results WHERE received_us > $1 AND test = $2 AND outcome = 'completed'",
+            self.result_columns("", true)
+        );
+        let binds = vec![Bind::Int(after_us), Bind::Text(test.to_string())];
+        self.read_results(&text, binds, true, "reading newly received results")
+            .await
     }
 
     /// The raw document of the newest completed result of (client, server, test)
@@ -2103,48 +2012,48 @@ impl Archive {
     }
 
     /// Stores a metric an analysis derived for a stored result (replacing an earlier
-    /// value of the same name).
+    /// value of the same name); a result not stored is left alone.
     pub async fn add_metric(
         &self,
         run: &RunRecord,
         name: &str,
         value: f64,
-        start_us: i64,
     ) -> Result<(), ArchiveError> {
-        sqlx::query(
-            "INSERT INTO result_metrics (run_id, name, value, start_us, client, server, test) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value",
-        )
-        .bind(&run.id)
-        .bind(name)
-        .bind(value)
-        .bind(start_us)
-        .bind(&run.client)
-        .bind(&run.server)
-        .bind(&run.test)
-        .execute(&self.writer)
-        .await
-        .map_err(sql("storing a derived metric"))?;
+        let text = match self.backend {
+            Backend::Sqlite => {
+                "UPDATE results SET metrics = json_set(metrics, $1, $2) WHERE run_id = $3"
+            }
+            Backend::Postgres => {
+                "UPDATE results SET metrics = metrics || jsonb_build_object(CAST($1 AS text), \
+                 CAST($2 AS double precision)) WHERE run_id = $3"
+            }
+        };
+        let key = match self.backend {
+            // A JSON path naming the key, quoted: a name is not read as a path.
+            Backend::Sqlite => format!("$.{}", serde_json::Value::from(name)),
+            Backend::Postgres => name.to_string(),
+        };
+        sqlx::query(text)
+            .bind(key)
+            .bind(value)
+            .bind(&run.id)
+            .execute(&self.writer)
+            .await
+            .map_err(sql("storing a derived metric"))?;
         Ok(())
     }
 
     /// The newest result of each (client, server, test).
     pub async fn latest_per_pair(&self) -> Result<Vec<StoredResult>, ArchiveError> {
-        let rows = sqlx::query(
-            "SELECT r.run_id, r.test, r.client, r.server, r.start_us, r.end_us, r.outcome, r.error \
-             FROM results r JOIN (SELECT client, server, test, MAX(start_us) AS newest FROM results \
+        let text = format!(
+            "SELECT {} FROM results r JOIN (SELECT client, server, test, MAX(start_us) AS newest FROM results \
              WHERE outcome = 'completed' GROUP BY client, server, test) n ON r.client = n.client AND \
              r.server = n.server AND r.test = n.test AND r.start_us = n.newest WHERE r.outcome = 'completed' \
              ORDER BY r.client, r.server, r.test",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(sql("reading the latest results"))?;
-        let results = rows
-            .iter()
-            .map(|row| result_from_row(row, false))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.with_metrics(results).await
+            self.result_columns("r.", false)
+        );
+        self.read_results(&text, Vec::new(), false, "reading the latest results")
+            .await
     }
 
     /// The newest completed result of each (client, server) for `test` that started
@@ -2154,23 +2063,16 @@ impl Archive {
         test: &str,
         since_us: i64,
     ) -> Result<Vec<StoredResult>, ArchiveError> {
-        let rows = sqlx::query(
-            "SELECT r.run_id, r.test, r.client, r.server, r.start_us, r.end_us, r.outcome, r.error, r.raw \
-             FROM results r JOIN (SELECT client, server, MAX(start_us) AS newest FROM results \
+        let text = format!(
+            "SELECT {} FROM results r JOIN (SELECT client, server, MAX(start_us) AS newest FROM results \
              WHERE test = $1 AND outcome = 'completed' AND start_us >= $2 GROUP BY client, server) n \
              ON r.client = n.client AND r.server = n.server AND r.start_us = n.newest \
              WHERE r.test = $1 AND r.outcome = 'completed' ORDER BY r.client, r.server",
-        )
-        .bind(test)
-        .bind(since_us)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(sql("reading the latest results of a test"))?;
-        let results = rows
-            .iter()
-            .map(|row| result_from_row(row, true))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.with_metrics(results).await
+            self.result_columns("r.", true)
+        );
+        let binds = vec![Bind::Text(test.to_string()), Bind::Int(since_us)];
+        self.read_results(&text, binds, true, "reading the latest results of a test")
+            .await
     }
 
     // ---- app metrics -----------------------------------------------------------
@@ -2267,11 +2169,6 @@ impl Archive {
         };
         Ok(RetentionReport {
             results: {
-                // Through the results' time index: result_metrics has only the series index.
-                delete(
-                    "DELETE FROM result_metrics WHERE run_id IN (SELECT run_id FROM results WHERE start_us < $1)",
-                )
-                .await?;
                 delete("DELETE FROM capture_packets WHERE start_us < $1").await?;
                 delete("DELETE FROM results WHERE start_us < $1").await?
             },
@@ -2474,8 +2371,8 @@ impl Accepted {
 /// part-way on a constraint keeps a statement journal, a copy of every page it
 /// changes, so that it alone can be undone (about 7 % of the writer's time); one
 /// that skips a conflicting row instead keeps none. The writer's rows cannot
-/// conflict (results already stored are looked up first, a run's metric names are
-/// unique), and [`all_written`] turns a skipped row into an error that fails the
+/// conflict (results already stored are looked up first, and a run two uploads of
+/// the set carry is inserted once), and [`all_written`] turns a skipped row into an error that fails the
 /// transaction all the same. (`OR ROLLBACK` would also need no journal, but it ends
 /// the transaction behind the driver's back.)
 const SQLITE_INSERT: &str = "INSERT OR IGNORE";
@@ -2493,37 +2390,6 @@ fn all_written(table: &'static str, expected: usize, written: u64) -> Result<(),
             written,
         })
     }
-}
-
-/// A column's type in [`postgres_json_rows`].
-#[derive(Clone, Copy)]
-enum SqlType {
-    Text,
-    Integer,
-    Json,
-}
-
-/// A row source for a set statement on PostgreSQL: the rows arrive as one JSON array
-/// of objects in parameter `$1`, and appear as table `x` with `columns`. One parameter
-/// means one statement text for any number of rows, and none of the per-value binding
-/// cost. (SQLite would parse each object once per column read, several times slower
-/// than binding the values.)
-fn postgres_json_rows(columns: &[(&str, SqlType)]) -> String {
-    let typed: Vec<String> = columns
-        .iter()
-        .map(|(name, kind)| {
-            let kind = match kind {
-                SqlType::Text => "text",
-                SqlType::Integer => "bigint",
-                SqlType::Json => "json",
-            };
-            format!("{name} {kind}")
-        })
-        .collect();
-    format!(
-        "json_to_recordset(CAST($1 AS json)) AS x({})",
-        typed.join(", ")
-    )
 }
 
 /// `NOTIFY` on PostgreSQL (see [`crate::notices`]), in a transaction or not.
@@ -2599,13 +2465,32 @@ fn push_placeholders(text: &mut String, backend: Backend, first: usize, count: u
 /// `rows` parenthesised rows of `columns` [`placeholders`] each, bound row by row:
 /// `($1, $2), ($3, $4)`.
 fn value_rows(backend: Backend, columns: usize, rows: usize) -> String {
-    let mut text = String::with_capacity(rows * (columns * 7 + 4));
+    typed_value_rows(backend, &vec![None; columns], rows)
+}
+
+/// [`value_rows`] with a type for some columns, which PostgreSQL casts the bound value
+/// to (`CAST($2 AS jsonb)` for a JSON object bound as text); SQLite takes values as
+/// they are bound.
+fn typed_value_rows(backend: Backend, columns: &[Option<&str>], rows: usize) -> String {
+    use std::fmt::Write;
+    let mut text = String::with_capacity(rows * (columns.len() * 7 + 4));
     for row in 0..rows {
         if row > 0 {
             text.push_str(", ");
         }
         text.push('(');
-        push_placeholders(&mut text, backend, row * columns + 1, columns);
+        for (column, cast) in columns.iter().enumerate() {
+            if column > 0 {
+                text.push_str(", ");
+            }
+            let n = row * columns.len() + column + 1;
+            match (backend, cast) {
+                (Backend::Postgres, Some(kind)) => {
+                    write!(text, "CAST(${n} AS {kind})").expect("writing to a String")
+                }
+                _ => push_placeholders(&mut text, backend, n, 1),
+            }
+        }
         text.push(')');
     }
     text
@@ -2703,7 +2588,7 @@ fn result_from_row(row: &AnyRow, with_raw: bool) -> Result<StoredResult, Archive
         end_time: from_us(row.get("end_us")),
         outcome: row.get("outcome"),
         error: row.get("error"),
-        metrics: BTreeMap::new(),
+        metrics: decode(row, "result metrics", "metrics")?,
         result: if with_raw {
             Some(parse_json("result", &row.get::<String, _>("raw"))?)
         } else {
@@ -2775,5 +2660,14 @@ mod tests {
             "($1, $2), ($3, $4), ($5, $6)"
         );
         assert_eq!(value_rows(Backend::Sqlite, 3, 2), "(?, ?, ?), (?, ?, ?)");
+        let typed = [None, Some("jsonb")];
+        assert_eq!(
+            typed_value_rows(Backend::Postgres, &typed, 2),
+            "($1, CAST($2 AS jsonb)), ($3, CAST($4 AS jsonb))"
+        );
+        assert_eq!(
+            typed_value_rows(Backend::Sqlite, &typed, 2),
+            "(?, ?), (?, ?)"
+        );
     }
 }

@@ -111,7 +111,6 @@ impl HealthMarkers {
                     run,
                     verdict.kind.metric_name(),
                     f64::from(u8::from(verdict.fired)),
-                    start_us,
                 )
                 .await?;
             if verdict.fired {

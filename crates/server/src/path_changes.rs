@@ -65,7 +65,6 @@ impl PathChanges {
                 run,
                 PATH_CHANGED.name,
                 f64::from(u8::from(comparison.changed)),
-                start_us,
             )
             .await?;
         if comparison.changed {

@@ -822,11 +822,11 @@ async fn concurrent_batches_on_postgres() {
     concurrent_batches_scenario(Kind::Postgres).await;
 }
 
-/// A batch whose rows conflict with rows already stored (here a metric stored for a
-/// run that has no result yet, which ingest never writes itself) fails as a whole:
-/// none of it is stored, and the next batch is stored as usual. On SQLite the writer
-/// counts the rows each insert wrote, since its statements skip a conflicting row
-/// rather than keep a statement journal.
+/// A batch the database refuses part of fails as a whole: none of it is stored, and
+/// the next batch is stored as usual. A trigger stands in for the refusal: on SQLite
+/// it skips the row (what a conflict does to the writer's statements, which skip a
+/// conflicting row rather than keep a statement journal, so the writer counts the rows
+/// each insert wrote); on PostgreSQL it raises an error.
 async fn conflicting_batch_scenario(kind: Kind) {
     let db = TestDb::new(kind, "conflict").await;
     let archive = vantage_server::archive::Archive::open(&db.url)
@@ -838,10 +838,21 @@ async fn conflicting_batch_scenario(kind: Kind) {
         .map(|id| run_record(id, "a", "b", start))
         .collect();
     archive.insert_runs(&runs).await.unwrap();
-    archive
-        .add_metric(&runs[1], "rtt_median_us", 1.0, start)
-        .await
-        .unwrap();
+    let refusal: &[&str] = match kind {
+        Kind::Sqlite => &["CREATE TRIGGER refuse_k2 BEFORE INSERT ON results WHEN NEW.run_id = 'k2' \
+             BEGIN SELECT RAISE(IGNORE); END"],
+        Kind::Postgres => &[
+            "CREATE FUNCTION refuse_k2() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             IF NEW.run_id = 'k2' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER refuse_k2 BEFORE INSERT ON results FOR EACH ROW EXECUTE FUNCTION refuse_k2()",
+        ],
+    };
+    for statement in refusal {
+        sqlx::query(statement)
+            .execute(archive.pool())
+            .await
+            .unwrap();
+    }
     let batch: Vec<ResultUpload> = ["k1", "k2"]
         .iter()
         .map(|id| serde_json::from_value(upload(id, "a", 100.0)).unwrap())
@@ -857,6 +868,11 @@ async fn conflicting_batch_scenario(kind: Kind) {
             "{id} stored from a failed batch"
         );
     }
+    let lifted = match kind {
+        Kind::Sqlite => "DROP TRIGGER refuse_k2",
+        Kind::Postgres => "DROP TRIGGER refuse_k2 ON results",
+    };
+    sqlx::query(lifted).execute(archive.pool()).await.unwrap();
     let next: ResultUpload = serde_json::from_value(upload("k3", "a", 100.0)).unwrap();
     let outcomes = archive.ingest_batch(&[next]).await.unwrap();
     assert!(
@@ -1161,7 +1177,8 @@ async fn archiver_deliveries_survive_a_receiver_outage_and_a_restart_on_postgres
 }
 
 /// An archive written before metrics were stored per name (fixed metric columns)
-/// is migrated in place: its results keep their metrics and series still answer.
+/// is migrated in place, through one row per metric (migration 0002) into one object
+/// in the result's row (0014): its results keep their metrics and series still answer.
 async fn metric_columns_migrate_scenario(kind: Kind) {
     let db = TestDb::new(kind, "migrate").await;
     let url = if kind == Kind::Sqlite {
