@@ -2019,19 +2019,17 @@ impl Archive {
         name: &str,
         value: f64,
     ) -> Result<(), ArchiveError> {
-        let text = match self.backend {
-            Backend::Sqlite => {
-                "UPDATE results SET metrics = json_set(metrics, $1, $2) WHERE run_id = $3"
-            }
-            Backend::Postgres => {
+        let (text, key) = match self.backend {
+            // The key as a JSON path, quoted: a name is not read as a path.
+            Backend::Sqlite => (
+                "UPDATE results SET metrics = json_set(metrics, $1, $2) WHERE run_id = $3",
+                format!("$.{}", serde_json::Value::from(name)),
+            ),
+            Backend::Postgres => (
                 "UPDATE results SET metrics = metrics || jsonb_build_object(CAST($1 AS text), \
-                 CAST($2 AS double precision)) WHERE run_id = $3"
-            }
-        };
-        let key = match self.backend {
-            // A JSON path naming the key, quoted: a name is not read as a path.
-            Backend::Sqlite => format!("$.{}", serde_json::Value::from(name)),
-            Backend::Postgres => name.to_string(),
+                 CAST($2 AS double precision)) WHERE run_id = $3",
+                name.to_string(),
+            ),
         };
         sqlx::query(text)
             .bind(key)
