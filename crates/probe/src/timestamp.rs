@@ -518,7 +518,8 @@ pub fn poll_many(fds: &mut [libc::pollfd], deadline: Option<Instant>) -> io::Res
     let timeout = deadline.map(|deadline| {
         let wait = deadline.saturating_duration_since(Instant::now());
         libc::timespec {
-            tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
+            // `as _`: the field's own type; libc deprecates naming `time_t` on musl.
+            tv_sec: wait.as_secs().min(i32::MAX as u64) as _,
             tv_nsec: wait.subsec_nanos() as libc::c_long,
         }
     });
