@@ -112,8 +112,7 @@ pub(super) async fn assigned_runs(
 ) -> ApiResult<Json<AssignedRuns>> {
     caller.require_agent(&name)?;
     let query: RunsQuery = parse_query(&uri)?;
-    let agents = state.archive.agents().await?;
-    let Some(caller_agent) = agents.iter().find(|agent| agent.registration.name == name) else {
+    let Some(caller_agent) = state.archive.agents_named(&[&name]).await?.pop() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("agent '{name}' is not registered"),
@@ -136,7 +135,10 @@ pub(super) async fn assigned_runs(
             .take_runs_for(&name, horizon_us, query.include_dispatched)
             .await?;
         if !runs.is_empty() || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
-            let agents = state.archive.agents().await?;
+            let mut peers: Vec<&str> = runs.iter().map(|run| run.server.as_str()).collect();
+            peers.sort_unstable();
+            peers.dedup();
+            let agents = state.archive.agents_named(&peers).await?;
             let keyring = state.keyring().await?;
             let signer = keyring.signer(now_us());
             let assigned = runs

@@ -447,6 +447,42 @@ async fn sqlite_archive_uses_wal() {
     archive.close().await;
 }
 
+/// How often PostgreSQL has vacuumed the archive's `runs` table (by hand, not
+/// autovacuum).
+async fn runs_vacuum_count(archive: &vantage_server::archive::Archive) -> i64 {
+    sqlx::query_scalar(
+        "SELECT vacuum_count FROM pg_stat_user_tables \
+         WHERE relname = 'runs' AND schemaname = current_schema()",
+    )
+    .fetch_one(archive.pool())
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_archive_vacuums_itself_only_when_postgres_autovacuum_is_off() {
+    let db = TestDb::new(Kind::Postgres, "vacuum").await;
+    let archive = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    let autovacuum: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
+        .fetch_one(archive.pool())
+        .await
+        .unwrap();
+    assert_eq!(runs_vacuum_count(&archive).await, 0);
+    let vacuumed = archive.vacuum_when_autovacuum_is_off().await.unwrap();
+    assert_eq!(vacuumed, autovacuum == "off", "autovacuum = {autovacuum}");
+    // Not again until its interval has passed.
+    assert!(!archive.vacuum_when_autovacuum_is_off().await.unwrap());
+    let expected = i64::from(vacuumed);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while runs_vacuum_count(&archive).await != expected && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(runs_vacuum_count(&archive).await, expected);
+    archive.close().await;
+}
+
 async fn missed_scenario(kind: Kind) {
     let db = TestDb::new(kind, "missed").await;
     let server = common::start(&db, PlannerOptions::default()).await;
