@@ -134,6 +134,21 @@ impl LightTasks {
         self.flows
     }
 
+    /// Whether `client` has a light run whose nominal start lies in the window: most
+    /// of an agent's fetches have none, and need not read what is in their way.
+    pub fn has_runs_in(&self, client: &str, window: PlanWindow) -> bool {
+        let Some(flows) = self.by_client.get(client) else {
+            return false;
+        };
+        let (window_start_ms, window_end_ms) = (to_ms_ceil(window.start), to_ms_ceil(window.end));
+        self.tasks.iter().any(|&position| {
+            flows.iter().any(|flow| flow.task == position)
+                && occurrences(&self.config.tasks[position], window_start_ms, window_end_ms)
+                    .next()
+                    .is_some()
+        })
+    }
+
     /// How long after its nominal start a light run may still hold its resources:
     /// the longest slip plus reservation of the light tasks (zero without any).
     pub fn tail(&self) -> Duration {

@@ -667,6 +667,35 @@ pub fn plan_reserved(
     plan_scope(config, agents, window, existing, seed, scope)
 }
 
+/// The latest time until which a run [`plan_reserved`] places for `window` may hold
+/// its resources: an exclusive campaign ends before its task's next occurrence, any
+/// other run within its slip plus its reservation. A planning pass needs the stored
+/// runs only up to then. `None` when no task but light ones has an occurrence in the
+/// window: such a pass places no run, and needs no stored run either.
+pub fn reserved_reach(config: &ValidatedConfig, window: PlanWindow) -> Option<DateTime<Utc>> {
+    let (window_start_ms, window_end_ms) = (to_ms_ceil(window.start), to_ms_ceil(window.end));
+    config
+        .tasks
+        .iter()
+        .filter(|task| task.enabled)
+        .filter_map(|task| {
+            let test = config.test(&task.test)?;
+            if is_light(config, task, test) {
+                return None;
+            }
+            let (_, last_nominal_ms) = occurrences(task, window_start_ms, window_end_ms).last()?;
+            let hold_ms = match test.scheduling {
+                SchedulingClass::Exclusive => duration_ms(task.every).max(reserve_ms(test)),
+                SchedulingClass::Shared | SchedulingClass::Background => {
+                    duration_ms(task.slip) + reserve_ms(test)
+                }
+            };
+            Some(last_nominal_ms + hold_ms)
+        })
+        .max()
+        .map(from_ms)
+}
+
 fn plan_scope(
     config: &ValidatedConfig,
     agents: &[AgentInfo],

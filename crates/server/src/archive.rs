@@ -656,7 +656,18 @@ impl Archive {
         &self,
     ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
         match self.backend {
-            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await,
+            // In a task of its own, which runs to the end even when the caller is dropped
+            // (an agent hanging up on a slow answer): sqlx's SQLite driver has a wait
+            // after a custom BEGIN has run, and a caller dropped there left the writer's
+            // one connection inside a transaction for good; every later write failed
+            // ("begin_with at non-zero transaction depth"). Run to the end, the
+            // transaction is dropped, and so rolled back, with the task's output.
+            Backend::Sqlite => {
+                let writer = self.writer.clone();
+                tokio::spawn(async move { writer.begin_with("BEGIN IMMEDIATE").await })
+                    .await
+                    .map_err(|_| sqlx::Error::WorkerCrashed)?
+            }
             Backend::Postgres => self.writer.begin().await,
         }
     }
@@ -1073,19 +1084,21 @@ impl Archive {
     /// Inserts planned runs and non-starts; ids already present are left alone, so two
     /// planners (or a re-plan after restart) never duplicate a run. Returns how many were new.
     pub async fn insert_runs(&self, runs: &[RunRecord]) -> Result<u64, ArchiveError> {
-        self.insert_runs_and_marks(runs, &[]).await
+        let inserted = self.insert_runs_and_marks(runs, &[]).await?;
+        Ok(inserted.len() as u64)
     }
 
     /// Stores runs as [`Archive::insert_runs`] does and sets planner marks (see
     /// [`Archive::set_planner_marks`]) in the same transaction: one wait for the writer,
-    /// and no mark that says runs are placed without them stored.
+    /// and no mark that says runs are placed without them stored. Returns the ids of
+    /// the runs that were new. Storing an exclusive run moves the [`EXCLUSIVE_EPOCH`].
     pub async fn insert_runs_and_marks(
         &self,
         runs: &[RunRecord],
         marks: &[(&str, i64)],
-    ) -> Result<u64, ArchiveError> {
+    ) -> Result<HashSet<String>, ArchiveError> {
         if runs.is_empty() && marks.is_empty() {
-            return Ok(0);
+            return Ok(HashSet::new());
         }
         let doing = if runs.is_empty() {
             "storing planner state"
@@ -1096,7 +1109,13 @@ impl Archive {
         for &(name, value) in marks {
             set_mark(&mut tx, name, value).await?;
         }
-        let mut inserted = 0;
+        if runs
+            .iter()
+            .any(|run| run.exclusive && run.state != RunState::NonStart)
+        {
+            bump_exclusive_epoch(&mut tx).await?;
+        }
+        let mut inserted = HashSet::new();
         let now = now_us();
         // A set of rows per statement: a fetch places an agent's minute of a mesh (one
         // run per peer) and a statement per row was a round trip each, on PostgreSQL
@@ -1105,7 +1124,7 @@ impl Archive {
             let text = format!(
                 "INSERT INTO runs (id, task, test, test_name, client, server, spec, exclusive, reverse, priority, \
                  claims, planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason, created_us, target) \
-                 VALUES {} ON CONFLICT (id) DO NOTHING",
+                 VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
                 value_rows(self.backend, 19, chunk.len())
             );
             let mut query = sqlx::query(&text);
@@ -1131,15 +1150,19 @@ impl Archive {
                     .bind(now)
                     .bind(run.target.as_deref());
             }
-            let done = query.execute(&mut *tx).await.map_err(sql("storing runs"))?;
-            inserted += done.rows_affected();
+            let rows = query
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(sql("storing runs"))?;
+            inserted.extend(rows.iter().map(|row| row.get::<String, _>("id")));
         }
         tx.commit().await.map_err(sql(doing))?;
         Ok(inserted)
     }
 
     /// Runs for client `agent` starting before `until_us` that it has not fetched yet
-    /// (plus, with `include_dispatched`, those it fetched before: an agent that restarted
+    /// (plus, with `include_dispatched`, those it fetched before and that have not
+    /// ended, however far ahead: an agent that restarted, or whose answer was lost,
     /// asks for them again). Returned runs are marked dispatched.
     pub async fn take_runs_for(
         &self,
@@ -1191,10 +1214,10 @@ impl Archive {
             .map_err(sql("reading assigned runs"))?;
         let mut rows = sqlx::query(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE client = $1 AND state = 'dispatched' \
-             AND planned_start_us < $2"
+             AND planned_end_us > $2"
         ))
         .bind(agent)
-        .bind(until_us)
+        .bind(now_us())
         .fetch_all(&mut *tx)
         .await
         .map_err(sql("reading assigned runs"))?;
@@ -1303,71 +1326,75 @@ impl Archive {
     /// configuration or the set of agents changed; on-demand runs and anything an agent
     /// already fetched stay.
     pub async fn discard_forecast(&self, from_us: i64) -> Result<u64, ArchiveError> {
+        let mut tx = self
+            .write_transaction()
+            .await
+            .map_err(sql("discarding the forecast"))?;
         let done = sqlx::query(
             "DELETE FROM runs WHERE planned_start_us >= $1 AND state IN ('scheduled', 'non_start') \
              AND task <> $2",
         )
         .bind(from_us)
         .bind(vantage_scheduler::ON_DEMAND_TASK)
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await
         .map_err(sql("discarding the forecast"))?;
+        bump_exclusive_epoch(&mut tx).await?;
+        tx.commit().await.map_err(sql("discarding the forecast"))?;
         Ok(done.rows_affected())
     }
 
     /// Cancels a run nobody fetched yet, recording why; false if it was already
     /// handed to its agent (or finished) and so cannot be cancelled.
     pub async fn cancel_run(&self, run_id: &str, reason: &str) -> Result<bool, ArchiveError> {
+        let mut tx = self
+            .write_transaction()
+            .await
+            .map_err(sql("cancelling a run"))?;
         let done = sqlx::query("UPDATE runs SET state = 'non_start', reason = $1 WHERE id = $2 AND state = 'scheduled'")
             .bind(reason)
             .bind(run_id)
-            .execute(&self.writer)
+            .execute(&mut *tx)
             .await
             .map_err(sql("cancelling a run"))?;
-        Ok(done.rows_affected() > 0)
+        let cancelled = done.rows_affected() > 0;
+        if cancelled {
+            bump_exclusive_epoch(&mut tx).await?;
+        }
+        tx.commit().await.map_err(sql("cancelling a run"))?;
+        Ok(cancelled)
     }
 
-    /// Marks runs whose result is overdue as missed and returns them.
+    /// Marks runs whose result is overdue as missed and returns them. One statement
+    /// however many: after an outage a fleet's overdue runs are thousands, and a write
+    /// each queued them all behind the archive's one writer. Most passes find none,
+    /// which a read finds out without the writer.
     pub async fn mark_missed(
         &self,
         overdue_before_us: i64,
     ) -> Result<Vec<RunRecord>, ArchiveError> {
+        const OVERDUE: &str = "state IN ('scheduled', 'dispatched') AND planned_end_us < $1";
+        // No LIMIT: PostgreSQL's generic plan for a LIMIT 1 with the bound unknown
+        // scanned the whole table when nothing matched (9 ms a pass at 100 agents).
+        let any = sqlx::query(&format!("SELECT id FROM runs WHERE {OVERDUE}"))
+            .bind(overdue_before_us)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql("finding overdue runs"))?;
+        if any.is_none() {
+            return Ok(Vec::new());
+        }
         let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE state IN ('scheduled', 'dispatched') AND planned_end_us < $1"
+            "UPDATE runs SET state = 'missed', reason = CASE state \
+             WHEN 'scheduled' THEN 'agent ''' || client || ''' never fetched the run before it was due' \
+             ELSE 'agent ''' || client || ''' fetched the run but reported no result in time' END \
+             WHERE {OVERDUE} RETURNING {RUN_COLUMNS}"
         ))
         .bind(overdue_before_us)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.writer)
         .await
-        .map_err(sql("finding overdue runs"))?;
-        let mut missed = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut run = run_from_row(row)?;
-            let reason = if run.state == RunState::Scheduled {
-                format!(
-                    "agent '{}' never fetched the run before it was due",
-                    run.client
-                )
-            } else {
-                format!(
-                    "agent '{}' fetched the run but reported no result in time",
-                    run.client
-                )
-            };
-            let done = sqlx::query(
-                "UPDATE runs SET state = 'missed', reason = $1 WHERE id = $2 AND state IN ('scheduled', 'dispatched')",
-            )
-            .bind(&reason)
-            .bind(&run.id)
-            .execute(&self.writer)
-            .await
-            .map_err(sql("marking a run missed"))?;
-            if done.rows_affected() > 0 {
-                run.state = RunState::Missed;
-                run.reason = Some(reason);
-                missed.push(run);
-            }
-        }
-        Ok(missed)
+        .map_err(sql("marking overdue runs missed"))?;
+        runs_by_start(&rows)
     }
 
     // ---- results -------------------------------------------------------------
@@ -2342,6 +2369,24 @@ impl Archive {
     pub async fn set_planner_marks(&self, marks: &[(&str, i64)]) -> Result<(), ArchiveError> {
         self.insert_runs_and_marks(&[], marks).await.map(drop)
     }
+}
+
+/// Planner mark counting the changes to the exclusive runs stored (runs stored,
+/// cancelled or discarded): what was read of them is current while it stands still.
+pub const EXCLUSIVE_EPOCH: &str = "exclusive_epoch";
+
+async fn bump_exclusive_epoch(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+) -> Result<(), ArchiveError> {
+    sqlx::query(
+        "INSERT INTO planner_state (name, value) VALUES ($1, 1) \
+         ON CONFLICT (name) DO UPDATE SET value = planner_state.value + 1",
+    )
+    .bind(EXCLUSIVE_EPOCH)
+    .execute(&mut **tx)
+    .await
+    .map_err(sql("storing planner state"))?;
+    Ok(())
 }
 
 async fn set_mark(

@@ -18,14 +18,16 @@ use vantage_model::config::{validate, MeasurementConfig, TestConfig, TestDef, Va
 use vantage_model::control::RunRequest;
 use vantage_model::kinds::KindRef;
 use vantage_scheduler::{
-    place_request, plan_reserved, AgentInfo, CampaignOverload, ClaimMode, LightTasks, NonStart,
-    OnDemandRequest, PlanWindow, PlannedRun, RequestOutcome,
+    place_request, plan_reserved, reserved_reach, AgentInfo, CampaignOverload, ClaimMode,
+    LightTasks, NonStart, OnDemandRequest, PlanWindow, PlannedRun, RequestOutcome,
 };
 
-use crate::archive::{from_us, now_us, to_us, Archive, ArchiveError, RunRecord, RunState};
+use crate::archive::{
+    from_us, now_us, to_us, Archive, ArchiveError, RunRecord, RunState, EXCLUSIVE_EPOCH,
+};
 use crate::config_store;
 use crate::events::Alert;
-use crate::state::{LightPlan, ServerState};
+use crate::state::{LightPlan, ReservedRuns, ServerState};
 
 #[derive(Debug, Clone)]
 pub struct PlannerOptions {
@@ -99,18 +101,23 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
         return Ok(false);
     }
     state.refresh_agent_tags().await?;
-    for run in archive
+    let missed = archive
         .mark_missed(now_us() - micros(options.miss_grace))
-        .await?
-    {
-        run_alert(state, &run, &run.test, "missed").await?;
-    }
+        .await?;
+    missed_alerts(state, missed).await?;
     let config = config_store::current(&state.archive).await?;
     let agents = registered_agents(archive).await?;
-    let planning = state.planning.write().await;
-    let mut stored = plan_window(state, options, config.as_ref(), &agents).await?;
-    stored += place_requests(state, options, config.as_ref(), &agents).await?;
-    drop(planning);
+    // Most passes store no run that light placements must see (a campaign's occurrence
+    // is hourly): those hold the scheduler's lock for reading, beside the agents'
+    // fetches placing their light runs, rather than waiting for them all.
+    let stored = if needs_exclusive_pass(state, options, config.as_ref(), &agents).await? {
+        let _planning = state.planning.write().await;
+        plan_window(state, options, config.as_ref(), &agents, Lock::Exclusive).await?
+            + place_requests(state, options, config.as_ref(), &agents).await?
+    } else {
+        let _planning = state.planning.read().await;
+        plan_window(state, options, config.as_ref(), &agents, Lock::Shared).await?
+    };
     if stored > 0 {
         state.runs_stored.notify_waiters();
     }
@@ -296,6 +303,42 @@ async fn run_alert(
     raise_warning(state, message, vec![run.client.clone(), run.server.clone()]).await
 }
 
+/// Warns of the runs a pass recorded as missed: each run of an agent that missed one,
+/// and for an agent that missed several (a dense mesh misses a thousand a minute when
+/// an agent goes away) one warning with how many and the first few.
+async fn missed_alerts(state: &ServerState, missed: Vec<RunRecord>) -> Result<(), ArchiveError> {
+    const NAMED: usize = 3;
+    let mut by_agent: std::collections::BTreeMap<(String, Option<String>), Vec<RunRecord>> =
+        Default::default();
+    for run in missed {
+        by_agent
+            .entry((run.client.clone(), run.reason.clone()))
+            .or_default()
+            .push(run);
+    }
+    for ((client, reason), runs) in by_agent {
+        if let [run] = runs.as_slice() {
+            run_alert(state, run, &run.test, "missed").await?;
+            continue;
+        }
+        let named: Vec<&str> = runs.iter().take(NAMED).map(|run| run.id.as_str()).collect();
+        let more = runs.len().saturating_sub(NAMED);
+        let message = format!(
+            "{} runs of agent '{client}' missed ({}{}): {}",
+            runs.len(),
+            named.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+            reason.unwrap_or_default()
+        );
+        raise_warning(state, message, vec![client]).await?;
+    }
+    Ok(())
+}
+
 /// Raises a planner's warning about `agents` (none when it is about a task).
 async fn raise_warning(
     state: &ServerState,
@@ -330,12 +373,63 @@ async fn overload_alert(
     state.archive.set_planner_mark(&mark, basis).await
 }
 
+/// How a pass holds the scheduler's lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    /// For writing: the pass may replan, reserve runs and place on-demand requests.
+    Exclusive,
+    /// For reading, beside agents' fetches: the pass only advances the light marks
+    /// and stores non-starts, and leaves anything more to the next pass.
+    Shared,
+}
+
+/// Whether the next pass may store runs that light placements must not run beside:
+/// it replans, a reserved task has an occurrence in its window, or an app asked for a
+/// run.
+async fn needs_exclusive_pass(
+    state: &ServerState,
+    options: &PlannerOptions,
+    config: Option<&(i64, ValidatedConfig)>,
+    agents: &[AgentInfo],
+) -> Result<bool, ArchiveError> {
+    if !state.archive.pending_requests().await?.is_empty() {
+        return Ok(true);
+    }
+    let Some((version, config)) = config else {
+        return Ok(false);
+    };
+    let archive = &state.archive;
+    if archive.planner_mark(PLAN_BASIS).await? != Some(plan_basis(*version, agents)) {
+        return Ok(true);
+    }
+    let now = now_us();
+    let start_us = archive
+        .planner_mark(PLANNED_UNTIL)
+        .await?
+        .unwrap_or(0)
+        .max(now + LEAD_US);
+    // A little past this pass's window: the pass itself starts a moment later.
+    let end_us = now + micros(options.horizon) + micros(options.tick);
+    Ok(start_us < end_us
+        && reserved_reach(
+            config,
+            PlanWindow {
+                start: from_us(start_us),
+                end: from_us(end_us),
+            },
+        )
+        .is_some())
+}
+
 /// Plans the configured tasks from where the last pass stopped up to `now + horizon`.
+/// Under a [`Lock::Shared`] pass it plans nothing that needs the exclusive lock (a
+/// replan, a reserved task's occurrence), leaving the window to the next pass.
 async fn plan_window(
     state: &ServerState,
     options: &PlannerOptions,
     config: Option<&(i64, ValidatedConfig)>,
     agents: &[AgentInfo],
+    lock: Lock,
 ) -> Result<u64, ArchiveError> {
     let Some((version, config)) = config else {
         return Ok(0);
@@ -352,6 +446,9 @@ async fn plan_window(
     // from now on (runs already handed to agents are kept and respected).
     let basis = plan_basis(*version, agents);
     if archive.planner_mark(PLAN_BASIS).await? != Some(basis) {
+        if lock == Lock::Shared {
+            return Ok(0);
+        }
         start_us = now + LEAD_US;
         let discarded = archive.discard_forecast(start_us).await?;
         // Light runs placed but not yet handed out were discarded too: place them again.
@@ -380,16 +477,25 @@ async fn plan_window(
     // Runs that end before the window cannot be in its way (the scheduler ignores
     // them), so none are loaded: the cost of a pass does not grow with history. One
     // millisecond of margin covers the scheduler's rounding to milliseconds.
-    let existing = existing_runs(
-        state,
-        start_us - 1_000,
-        i64::MAX,
-        light_frontier_us.unwrap_or(i64::MIN),
-    )
-    .await?;
     let window = PlanWindow {
         start: from_us(start_us),
         end: from_us(end_us),
+    };
+    // Only as far as what this window's occurrences may reach: an hourly campaign of a
+    // thousand agents is a hundred thousand stored runs, which the passes between its
+    // occurrences need not read.
+    let existing = match reserved_reach(config, window) {
+        Some(_) if lock == Lock::Shared => return Ok(0),
+        Some(reach) => {
+            existing_runs(
+                state,
+                start_us - 1_000,
+                to_us(reach) + 1_000,
+                light_frontier_us.unwrap_or(i64::MIN),
+            )
+            .await?
+        }
+        None => Vec::new(),
     };
     let exclusive_not_before = light_frontier_us.map_or(window.start, from_us);
     let planned = plan_reserved(
@@ -429,19 +535,32 @@ async fn plan_window(
             (LIGHT_UNTIL, light_until_us),
         ],
     )
-    .await?;
+    .await?
+    .len() as u64;
     let unfetched = record_unfetched_light_runs(state, options, config, &light, (now, *version));
     Ok(stored + unfetched.await?)
 }
 
 /// Stores a plan's runs and non-starts (raising an alert for each non-start), and
-/// `marks` in the same transaction.
+/// `marks` in the same transaction; returns those that were new.
 async fn store_plan(
     state: &ServerState,
     config: &ValidatedConfig,
     planned: vantage_scheduler::Plan,
     marks: &[(&str, i64)],
-) -> Result<u64, ArchiveError> {
+) -> Result<Vec<RunRecord>, ArchiveError> {
+    store_plan_as(state, config, planned, marks, RunState::Scheduled).await
+}
+
+/// [`store_plan`], its runs stored as `run_state`: scheduled, or dispatched when
+/// their client is fetching them.
+async fn store_plan_as(
+    state: &ServerState,
+    config: &ValidatedConfig,
+    planned: vantage_scheduler::Plan,
+    marks: &[(&str, i64)],
+    run_state: RunState,
+) -> Result<Vec<RunRecord>, ArchiveError> {
     let type_of = |test_name: &str| {
         config
             .test(test_name)
@@ -455,13 +574,21 @@ async fn store_plan(
             non_start_record(non_start, test_type)
         })
         .collect();
-    let mut records: Vec<RunRecord> = planned.runs.into_iter().map(planned_record).collect();
+    let mut records: Vec<RunRecord> = planned
+        .runs
+        .into_iter()
+        .map(|run| RunRecord {
+            state: run_state,
+            ..planned_record(run)
+        })
+        .collect();
     records.extend(non_starts.iter().cloned());
-    let stored = state.archive.insert_runs_and_marks(&records, marks).await?;
+    let inserted = state.archive.insert_runs_and_marks(&records, marks).await?;
     for record in &non_starts {
         non_start_alert(state, record).await?;
     }
-    Ok(stored)
+    records.retain(|record| inserted.contains(&record.id));
+    Ok(records)
 }
 
 /// The light tasks of the configuration and agent set with plan basis `basis`,
@@ -521,81 +648,186 @@ async fn planned_light_plan(
     Ok(Some(light_plan(state, basis, version, &config, &agents)))
 }
 
+/// How much further than a placement needs the exclusive runs are read at once: the
+/// next placements of the fleet's agents, a few seconds later each, find them read.
+const RESERVED_READ_AHEAD_US: i64 = 120_000_000;
+
+/// The exclusive runs stored that may overlap `[from_us, to_us)`, sorted by start
+/// (with some before and after it): read once and kept while the archive's exclusive
+/// runs stay as they are ([`EXCLUSIVE_EPOCH`]), so a fleet's fetches do not each
+/// read the same few thousand runs.
+async fn reserved_runs_over(
+    state: &ServerState,
+    from_us: i64,
+    to_us: i64,
+) -> Result<Arc<Vec<PlannedRun>>, ArchiveError> {
+    // The epoch is read before the runs: a change in between makes the next
+    // placement read them again, never keeps a read older than its epoch.
+    let epoch = state
+        .archive
+        .planner_mark(EXCLUSIVE_EPOCH)
+        .await?
+        .unwrap_or(0);
+    let current = |cached: &ReservedRuns| {
+        cached.epoch == epoch && cached.from_us <= from_us && to_us <= cached.to_us
+    };
+    {
+        let cached = state
+            .reserved_runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(cached) = cached.as_ref().filter(|cached| current(cached)) {
+            return Ok(cached.runs.clone());
+        }
+    }
+    let read_until_us = to_us.saturating_add(RESERVED_READ_AHEAD_US);
+    let mut runs = existing_runs(state, from_us, read_until_us, i64::MAX).await?;
+    runs.sort_by(|a, b| (a.start, &a.run_id).cmp(&(b.start, &b.run_id)));
+    let runs = Arc::new(runs);
+    *state
+        .reserved_runs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(ReservedRuns {
+        epoch,
+        from_us,
+        to_us: read_until_us,
+        runs: runs.clone(),
+    });
+    Ok(runs)
+}
+
 /// Places `client`'s light runs whose nominal start lies in `[from_us, until_us)` and
-/// stores them (and their non-starts), around the exclusive runs stored in their way.
+/// stores them (and their non-starts) as `run_state`, around the exclusive runs stored
+/// in their way; returns those that were new. A window with none of the client's
+/// occurrences in it stores nothing, not even the mark: most fetches have none, and
+/// need no write.
 async fn place_light_window(
     state: &ServerState,
-    config: &ValidatedConfig,
-    light: &LightTasks,
+    (config, light): (&ValidatedConfig, &LightTasks),
     client: &str,
     (start_us, until_us): (i64, i64),
-    seed: u64,
-) -> Result<u64, ArchiveError> {
+    (seed, run_state): (u64, RunState),
+) -> Result<Vec<RunRecord>, ArchiveError> {
     if start_us >= until_us {
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    let in_the_way = existing_runs(
-        state,
-        start_us - 1_000,
-        until_us + micros(light.tail()) + 1_000,
-        i64::MAX,
-    )
-    .await?;
     let window = PlanWindow {
         start: from_us(start_us),
         end: from_us(until_us),
     };
-    let placed = light.runs_for(client, window, &in_the_way, seed);
+    if !light.has_runs_in(client, window) {
+        return Ok(Vec::new());
+    }
     let placed_mark = format!("{LIGHT_PLACED}{client}");
-    store_plan(state, config, placed, &[(&placed_mark, until_us)]).await
+    let reach_us = until_us + micros(light.tail()) + 1_000;
+    let reserved = reserved_runs_over(state, start_us - 1_000, reach_us).await?;
+    // Sorted by start: the runs starting after the placement's reach are not in its way.
+    let in_the_way = &reserved[..reserved.partition_point(|run| to_us(run.start) < reach_us)];
+    let placed = light.runs_for(client, window, in_the_way, seed);
+    store_plan_as(
+        state,
+        config,
+        placed,
+        &[(&placed_mark, until_us)],
+        run_state,
+    )
+    .await
 }
 
-/// Places the light runs `agent` has not been given yet, up to where the planner has
-/// planned every run in their way; called when the agent fetches its runs. Nothing is
-/// placed while the planner has not yet planned the current configuration and agent
-/// set (it replans on its next tick).
-pub async fn place_light_runs(state: &ServerState, agent: &str) -> Result<u64, ArchiveError> {
+/// Light runs are placed up to this much further ahead than a fetch asks, by an
+/// amount drawn per agent (see [`stagger_us`]).
+const LIGHT_STAGGER_US: i64 = 30_000_000;
+
+/// How much further ahead than its fetch asks `agent`'s light runs are placed: a
+/// mesh's occurrence is one instant for every agent, and a fleet's fetches all placing,
+/// storing and signing their runs of it in the same second stalled the server's other
+/// work for seconds; staggered, they spread over half a minute.
+fn stagger_us(agent: &str) -> i64 {
+    let digest = sha2::Sha256::digest(agent.as_bytes());
+    let value = u64::from_le_bytes(
+        digest[..8]
+            .try_into()
+            .expect("a SHA-256 digest has 8 bytes"),
+    );
+    (value % LIGHT_STAGGER_US.unsigned_abs()) as i64
+}
+
+/// Places the light runs `agent` has not been given yet whose nominal start is before
+/// `until_us` (its fetch's horizon, plus the agent's [`stagger_us`]) and before where
+/// the planner has planned every run in their way, and hands them out: they are stored
+/// as dispatched (one write per run before its result, not a placement and then a
+/// claim) and returned. Called when the agent fetches its runs. Nothing is placed
+/// while the planner has not yet planned the current configuration and agent set (it
+/// replans on its next tick).
+pub async fn place_light_runs(
+    state: &ServerState,
+    agent: &str,
+    until_us: i64,
+) -> Result<Vec<RunRecord>, ArchiveError> {
+    let until_us = until_us.saturating_add(stagger_us(agent));
     let archive = &state.archive;
     let placed_mark = format!("{LIGHT_PLACED}{agent}");
-    // Agents ask every second: most often everything due is placed already.
+    // Agents ask every second: most often nothing new is due.
     let marks = || async {
         Ok::<_, ArchiveError>((
             archive.planner_mark(LIGHT_UNTIL).await?,
             archive.planner_mark(&placed_mark).await?,
         ))
     };
-    let up_to_date = |(until_us, from_us): (Option<i64>, Option<i64>)| match (until_us, from_us) {
-        (None, _) => true,
-        (Some(until_us), Some(from_us)) => from_us >= until_us,
-        (Some(_), None) => false,
+    let window = |(light_until_us, from_us): (Option<i64>, Option<i64>)| {
+        let until_us = light_until_us?.min(until_us);
+        let from_us = from_us.unwrap_or_else(now_us);
+        (from_us < until_us).then_some((from_us, until_us))
     };
-    if up_to_date(marks().await?) {
-        return Ok(0);
+    let cached_light = || {
+        state
+            .light_plan
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    };
+    let Some((start_us, until_us)) = window(marks().await?) else {
+        return Ok(Vec::new());
+    };
+    // Checked against the light tasks in memory first: between an agent's occurrences
+    // (a minute, in a mesh every minute) its fetches place nothing, and store nothing
+    // either. Only those of the plan's current basis: a replica that does not plan has
+    // them from an earlier basis until a fetch works them out again below.
+    let basis = archive.planner_mark(PLAN_BASIS).await?;
+    if let Some(plan) = cached_light().filter(|plan| Some(plan.basis) == basis) {
+        let span = PlanWindow {
+            start: from_us(start_us),
+            end: from_us(until_us),
+        };
+        if !plan.tasks.has_runs_in(agent, span) {
+            return Ok(Vec::new());
+        }
     }
     let _planning = state.planning.read().await;
-    let (Some(until_us), from_us) = marks().await? else {
-        return Ok(0);
+    let Some((start_us, until_us)) = window(marks().await?) else {
+        return Ok(Vec::new());
     };
     let Some(basis) = archive.planner_mark(PLAN_BASIS).await? else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
     let Some(plan) = planned_light_plan(state, basis).await? else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
     if !plan.tasks.is_client(agent) {
-        archive.set_planner_mark(&placed_mark, until_us).await?;
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    let from_us = from_us.unwrap_or_else(now_us);
-    place_light_window(
+    let placed = place_light_window(
         state,
-        &plan.config,
-        &plan.tasks,
+        (&plan.config, &plan.tasks),
         agent,
-        (from_us, until_us),
-        plan.version as u64,
+        (start_us, until_us),
+        (plan.version as u64, RunState::Dispatched),
     )
-    .await
+    .await?;
+    Ok(placed
+        .into_iter()
+        .filter(|run| run.state == RunState::Dispatched)
+        .collect())
 }
 
 /// How far back the planner records the light runs of an agent that fetched nothing
@@ -632,13 +864,13 @@ async fn record_unfetched_light_runs(
                 let from_us = from_us.max(overdue_us - UNFETCHED_LOOKBACK_US);
                 stored += place_light_window(
                     state,
-                    config,
-                    light,
+                    (config, light),
                     client,
                     (from_us, overdue_us),
-                    version as u64,
+                    (version as u64, RunState::Scheduled),
                 )
-                .await?;
+                .await?
+                .len() as u64;
             }
             Some(_) => {}
         }

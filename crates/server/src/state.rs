@@ -52,12 +52,27 @@ pub struct ServerState {
     /// The light tasks of the applied configuration and agent set, worked out once
     /// per plan basis (see [`crate::planner`]).
     pub light_plan: std::sync::Mutex<Option<LightPlan>>,
-    /// A planning pass holds it for writing while it reads and stores runs: light runs
-    /// placed in between would not be in its way. Agents' fetches hold it for reading
+    /// A planning pass that replans, reserves runs or places on-demand requests holds it
+    /// for writing while it reads and stores them: light runs placed in between would
+    /// not be in its way (the other passes, which only advance the light marks, hold it
+    /// for reading). Agents' fetches hold it for reading
     /// while they place their own light runs, side by side: light runs never compete
     /// with each other, and placing the same ones twice stores them once (their ids
     /// are deterministic).
     pub planning: tokio::sync::RwLock<()>,
+    /// The exclusive runs light placement last read (see [`crate::planner`]).
+    pub reserved_runs: std::sync::Mutex<Option<ReservedRuns>>,
+}
+
+/// Exclusive runs stored over a stretch of time, sorted by start, as read while the
+/// archive's [`EXCLUSIVE_EPOCH`](crate::archive::EXCLUSIVE_EPOCH) stood at `epoch`:
+/// every agent's light runs are placed around the same few thousand runs, read once
+/// rather than at each of a thousand agents' fetches.
+pub struct ReservedRuns {
+    pub epoch: i64,
+    pub from_us: i64,
+    pub to_us: i64,
+    pub runs: Arc<Vec<vantage_scheduler::PlannedRun>>,
 }
 
 /// The light tasks of one plan basis (a configuration version and agent set), with
@@ -119,6 +134,7 @@ impl ServerState {
             transfers: TransferDesk::new(transfers),
             light_plan: std::sync::Mutex::new(None),
             planning: tokio::sync::RwLock::new(()),
+            reserved_runs: std::sync::Mutex::new(None),
         });
         state.refresh_agent_tags().await?;
         Ok(state)

@@ -6,8 +6,8 @@ use chrono::DateTime;
 use proptest::prelude::*;
 use vantage_model::config::{load_config, ValidatedConfig};
 use vantage_scheduler::{
-    find_overlaps, place_request, plan, plan_reserved, AgentInfo, LightTasks, Occupancy,
-    OnDemandRequest, Plan, PlanWindow, RequestOutcome,
+    find_overlaps, place_request, plan, plan_reserved, reserved_reach, AgentInfo, LightTasks,
+    Occupancy, OnDemandRequest, Plan, PlanWindow, RequestOutcome,
 };
 
 const SITES: [&str; 3] = ["campus", "home", "dc"];
@@ -337,10 +337,22 @@ proptest! {
         let expected_light: Vec<&str> = if scenario.throughput_priority >= 0 { vec!["lat"] } else { vec![] };
         prop_assert_eq!(light.task_names().collect::<Vec<_>>(), expected_light);
         let reserved = plan_reserved(&config, &fleet, window, &[], scenario.seed, &light, window.start);
+        // A pass needs the stored runs only as far as what it places can reach.
+        match reserved_reach(&config, window) {
+            Some(reach) => prop_assert!(
+                reserved.runs.iter().all(|run| run.end <= reach),
+                "a run ends after the reach {}: {:?}", reach, reserved.runs.iter().max_by_key(|run| run.end)
+            ),
+            None => prop_assert!(reserved.runs.is_empty()),
+        }
         let (mut runs, mut non_starts) = (reserved.runs.clone(), reserved.non_starts.clone());
         for agent in &fleet {
             let mine = light.runs_for(&agent.name, window, &reserved.runs, scenario.seed);
             prop_assert!(mine.runs.iter().all(|run| run.client == agent.name));
+            // A fetch that finds no light run due skips reading what is in the way.
+            if !light.has_runs_in(&agent.name, window) {
+                prop_assert!(mine.runs.is_empty() && mine.non_starts.is_empty());
+            }
             runs.extend(mine.runs);
             non_starts.extend(mine.non_starts);
         }

@@ -129,11 +129,11 @@ pub(super) async fn assigned_runs(
     loop {
         let horizon_us =
             now_us() + i64::try_from(query.horizon_s.min(3600)).unwrap_or(60) * 1_000_000;
-        crate::planner::place_light_runs(&state, &name).await?;
-        let runs = state
+        let mut runs = state
             .archive
             .take_runs_for(&name, horizon_us, query.include_dispatched)
             .await?;
+        runs.extend(crate::planner::place_light_runs(&state, &name, horizon_us).await?);
         if !runs.is_empty() || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
             let mut peers: Vec<&str> = runs.iter().map(|run| run.server.as_str()).collect();
             peers.sort_unstable();

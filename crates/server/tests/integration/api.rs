@@ -447,6 +447,47 @@ async fn sqlite_archive_uses_wal() {
     archive.close().await;
 }
 
+/// Writes dropped part-way (an agent hanging up on a slow answer drops its request's
+/// future) leave the archive's writer usable: SQLite's one writing connection had been
+/// left inside a transaction for good when a caller was dropped just after its BEGIN.
+async fn dropped_writes_scenario(kind: Kind) {
+    let db = TestDb::new(kind, "dropped").await;
+    let archive = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    for round in 0..1_500u64 {
+        let writing = archive.clone();
+        let write = tokio::spawn(async move {
+            writing
+                .set_planner_marks(&[("dropped", round as i64), ("other", 1)])
+                .await
+        });
+        // Dropped at a different point of the transaction each round.
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_micros(round % 400) {
+            std::hint::spin_loop();
+        }
+        write.abort();
+        let _ = write.await;
+    }
+    archive
+        .set_planner_marks(&[("dropped", -1), ("other", 2)])
+        .await
+        .expect("the writer still writes after dropped writes");
+    assert_eq!(archive.planner_mark("dropped").await.unwrap(), Some(-1));
+    archive.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_dropped_part_way_leave_the_writer_usable_on_sqlite() {
+    dropped_writes_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_dropped_part_way_leave_the_writer_usable_on_postgres() {
+    dropped_writes_scenario(Kind::Postgres).await;
+}
+
 /// How often PostgreSQL has vacuumed the archive's `runs` table (by hand, not
 /// autovacuum).
 async fn runs_vacuum_count(archive: &vantage_server::archive::Archive) -> i64 {
@@ -1538,6 +1579,23 @@ async fn fleet_of(archive: &vantage_server::archive::Archive) -> Vec<AgentInfo> 
         .collect()
 }
 
+/// A throughput run holding both its agents exclusively for `duration_us`.
+fn exclusive_run(
+    id: &str,
+    (client, server): (&str, &str),
+    start_us: i64,
+    duration_us: i64,
+) -> RunRecord {
+    let mut run = run_record(id, client, server, start_us);
+    run.planned_end_us = start_us + duration_us;
+    run.exclusive = true;
+    run.test = "throughput".into();
+    for claim in &mut run.claims {
+        claim.mode = ClaimMode::Exclusive;
+    }
+    run
+}
+
 /// Conflicting overlaps among stored runs' planned times (non-starts hold nothing).
 fn stored_overlaps(runs: &[RunRecord]) -> Vec<vantage_scheduler::Overlap> {
     let occupancy: Vec<vantage_scheduler::Occupancy> = runs
@@ -1579,13 +1637,8 @@ async fn runs_after_the_window_scenario(kind: Kind) {
         horizon: Duration::from_secs(20),
         ..PlannerOptions::default()
     };
-    let mut held = run_record("held", "m1", "m2", now + 20_500_000);
-    held.planned_end_us = held.planned_start_us + 60_000_000;
+    let mut held = exclusive_run("held", ("m1", "m2"), now + 20_500_000, 60_000_000);
     held.state = RunState::Dispatched;
-    held.exclusive = true;
-    for claim in &mut held.claims {
-        claim.mode = ClaimMode::Exclusive;
-    }
     archive.insert_runs(&[held]).await.unwrap();
     assert!(vantage_server::planner::tick(&state, &options)
         .await
@@ -1593,7 +1646,7 @@ async fn runs_after_the_window_scenario(kind: Kind) {
     // Latency runs are light: each is placed when its client fetches it.
     let fleet = fleet_of(&archive).await;
     for agent in &fleet {
-        vantage_server::planner::place_light_runs(&state, &agent.name)
+        vantage_server::planner::place_light_runs(&state, &agent.name, i64::MAX)
             .await
             .unwrap();
     }
@@ -1707,20 +1760,29 @@ async fn light_runs_scenario(kind: Kind) {
     assert!(runs.iter().any(|run| run.task == "tp"), "{runs:#?}");
     assert!(runs.iter().all(|run| run.task == "tp"), "{runs:#?}");
 
-    let placed = vantage_server::planner::place_light_runs(&state, "m1")
+    // Each run placed is handed out.
+    let placed = vantage_server::planner::place_light_runs(&state, "m1", i64::MAX)
         .await
         .unwrap();
-    assert!(placed > 0);
+    assert!(!placed.is_empty());
+    assert!(placed.iter().all(|run| run.state == RunState::Dispatched));
     // Fetching again places nothing new.
-    assert_eq!(
-        vantage_server::planner::place_light_runs(&state, "m1")
+    assert!(
+        vantage_server::planner::place_light_runs(&state, "m1", i64::MAX)
             .await
-            .unwrap(),
-        0
+            .unwrap()
+            .is_empty()
     );
     let runs = archive.runs_between(0, i64::MAX).await.unwrap();
     let light: Vec<&RunRecord> = runs.iter().filter(|run| run.task == "lat").collect();
-    assert_eq!(light.len() as u64, placed);
+    let handed_out = light
+        .iter()
+        .filter(|run| run.state == RunState::Dispatched)
+        .count();
+    assert_eq!(handed_out, placed.len());
+    assert!(light
+        .iter()
+        .all(|run| matches!(run.state, RunState::Dispatched | RunState::NonStart)));
     assert!(light.iter().all(|run| run.client == "m1"), "{light:#?}");
     let overlaps = stored_overlaps(&runs);
     assert!(overlaps.is_empty(), "{overlaps:#?}");
@@ -1761,6 +1823,78 @@ async fn light_runs_are_placed_when_fetched_on_sqlite() {
 #[tokio::test]
 async fn light_runs_are_placed_when_fetched_on_postgres() {
     light_runs_scenario(Kind::Postgres).await;
+}
+
+/// A replica reads the exclusive runs in light runs' way once for many fetches; an
+/// exclusive run stored after that read (an on-demand test, say) is still in the way of
+/// the light runs placed after it.
+async fn light_runs_meet_new_exclusive_runs_scenario(kind: Kind) {
+    let (_db, archive, state) = planner_scenario(kind, "epoch", &["m1", "m2", "m3"]).await;
+    vantage_server::config_store::apply(
+        &archive,
+        &json!({
+            "groups": [{"name": "all", "kind": "mesh", "members": ["*"]}],
+            "tests": [{"name": "rtt", "type": "latency", "spec": {"count": 1, "timeout": "1s"}}],
+            "tasks": [{"name": "lat", "test": "rtt", "group": "all", "every": "4s", "slip": "0s",
+                       "directions": "both"}]
+        }),
+    )
+    .await
+    .unwrap();
+    let options = PlannerOptions {
+        horizon: Duration::from_secs(20),
+        ..PlannerOptions::default()
+    };
+    assert!(vantage_server::planner::tick(&state, &options)
+        .await
+        .unwrap());
+    // m1's fetch reads the exclusive runs (none yet).
+    assert!(
+        !vantage_server::planner::place_light_runs(&state, "m1", i64::MAX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let held = exclusive_run("held", ("m2", "m3"), now_us(), 60_000_000);
+    archive.insert_runs(&[held]).await.unwrap();
+    vantage_server::planner::place_light_runs(&state, "m2", i64::MAX)
+        .await
+        .unwrap();
+
+    // m1's runs were placed before the held run was stored (which an on-demand
+    // request's placement would have respected); m2's after.
+    let runs: Vec<RunRecord> = archive
+        .runs_between(0, i64::MAX)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|run| run.client != "m1")
+        .collect();
+    let overlaps = stored_overlaps(&runs);
+    assert!(
+        overlaps.is_empty(),
+        "light runs placed on top of an exclusive run stored after the read: {overlaps:#?}"
+    );
+    let mine: Vec<&RunRecord> = runs
+        .iter()
+        .filter(|run| run.client == "m2" && run.task == "lat")
+        .collect();
+    assert!(!mine.is_empty());
+    assert!(
+        mine.iter().all(|run| run.state == RunState::NonStart
+            && run.reason.as_deref().unwrap_or_default().contains("held")),
+        "m2's light runs, all during the held run, are non-starts naming it: {mine:#?}"
+    );
+}
+
+#[tokio::test]
+async fn light_runs_meet_exclusive_runs_stored_after_a_read_on_sqlite() {
+    light_runs_meet_new_exclusive_runs_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn light_runs_meet_exclusive_runs_stored_after_a_read_on_postgres() {
+    light_runs_meet_new_exclusive_runs_scenario(Kind::Postgres).await;
 }
 
 /// A throughput mesh that cannot fit its period is sampled and said once: no run
