@@ -175,8 +175,14 @@ fn plan_basis(version: i64, agents: &[AgentInfo]) -> i64 {
     let mut sorted: Vec<&AgentInfo> = agents.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     let text = serde_json::to_string(&(version, sorted)).expect("agent info serialises");
+    digest_u64(&text) as i64
+}
+
+/// The first 8 bytes of `text`'s SHA-256: a hash that stays the same across replicas
+/// and versions.
+fn digest_u64(text: &str) -> u64 {
     let digest = sha2::Sha256::digest(text.as_bytes());
-    i64::from_le_bytes(
+    u64::from_le_bytes(
         digest[..8]
             .try_into()
             .expect("a SHA-256 digest has 8 bytes"),
@@ -383,6 +389,16 @@ enum Lock {
     Shared,
 }
 
+/// Where a pass at `now` starts planning: where the last one stopped. Occurrences
+/// that fell due while no server was planning are not planned late.
+async fn window_start_us(archive: &Archive, now: i64) -> Result<i64, ArchiveError> {
+    Ok(archive
+        .planner_mark(PLANNED_UNTIL)
+        .await?
+        .unwrap_or(0)
+        .max(now + LEAD_US))
+}
+
 /// Whether the next pass may store runs that light placements must not run beside:
 /// it replans, a reserved task has an occurrence in its window, or an app asked for a
 /// run.
@@ -403,11 +419,7 @@ async fn needs_exclusive_pass(
         return Ok(true);
     }
     let now = now_us();
-    let start_us = archive
-        .planner_mark(PLANNED_UNTIL)
-        .await?
-        .unwrap_or(0)
-        .max(now + LEAD_US);
+    let start_us = window_start_us(archive, now).await?;
     // A little past this pass's window: the pass itself starts a moment later.
     let end_us = now + micros(options.horizon) + micros(options.tick);
     Ok(start_us < end_us
@@ -436,12 +448,7 @@ async fn plan_window(
     };
     let archive = &state.archive;
     let now = now_us();
-    // Occurrences that fell due while no server was planning are not planned late.
-    let mut start_us = archive
-        .planner_mark(PLANNED_UNTIL)
-        .await?
-        .unwrap_or(0)
-        .max(now + LEAD_US);
+    let mut start_us = window_start_us(archive, now).await?;
     // A new configuration or a changed agent set makes the forecast stale: replan
     // from now on (runs already handed to agents are kept and respected).
     let basis = plan_basis(*version, agents);
@@ -743,13 +750,7 @@ const LIGHT_STAGGER_US: i64 = 30_000_000;
 /// storing and signing their runs of it in the same second stalled the server's other
 /// work for seconds; staggered, they spread over half a minute.
 fn stagger_us(agent: &str) -> i64 {
-    let digest = sha2::Sha256::digest(agent.as_bytes());
-    let value = u64::from_le_bytes(
-        digest[..8]
-            .try_into()
-            .expect("a SHA-256 digest has 8 bytes"),
-    );
-    (value % LIGHT_STAGGER_US.unsigned_abs()) as i64
+    (digest_u64(agent) % LIGHT_STAGGER_US.unsigned_abs()) as i64
 }
 
 /// Places the light runs `agent` has not been given yet whose nominal start is before
