@@ -1539,8 +1539,15 @@ impl Archive {
         received_us: i64,
     ) -> Result<HashSet<String>, ArchiveError> {
         let (fresh, insert, on_conflict): (Vec<&Accepted>, &str, &str) = match self.backend {
+            // In one order of run ids in every transaction: the group commit's writers
+            // insert concurrently, and two of them carrying the same runs in different
+            // orders each waited for the other's row of the unique index (deadlock).
             Backend::Postgres => (
-                accepted.iter().collect(),
+                {
+                    let mut by_id: Vec<&Accepted> = accepted.iter().collect();
+                    by_id.sort_by(|a, b| a.run.id.cmp(&b.run.id));
+                    by_id
+                },
                 "INSERT",
                 " ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
             ),
