@@ -4,8 +4,9 @@
 //! A job traces the path from the source agent to the destination agent, finds the
 //! measurement points on it (agents that answer at a hop's address), then places one
 //! `diagnose` run end to end and one per segment between consecutive points, one at a
-//! time so no two transfers share the path, and weighs them with the trace and the
-//! pair's previous trace. The job document is stored after every step (so any replica
+//! time so no two transfers share the path (each placed to start where the one before
+//! it is reserved to end, so they follow each other without a gap), and weighs them
+//! with the trace and the pair's previous trace. The job document is stored after every step (so any replica
 //! answers `GET /api/v1/diagnose/{id}`) and each step is published as a `diagnosis`
 //! event on the subscription stream.
 
@@ -21,7 +22,7 @@ use vantage_model::diagnosis::{DiagnoseRequest, Diagnosis, DiagnosticResult, Tes
 use vantage_model::kinds::{self, Spec};
 use vantage_model::trace::TraceResult;
 
-use crate::archive::{ArchiveError, RunState, StoredResult};
+use crate::archive::{from_us, ArchiveError, RunRecord, RunState, StoredResult};
 use crate::events::Event;
 use crate::planner::{self, RequestRefusal};
 use crate::state::ServerState;
@@ -179,23 +180,52 @@ async fn step(state: &ServerState, job: &tokio::sync::Mutex<DiagnosisJob>, line:
     store(state, &job).await;
 }
 
-/// Places one on-demand run and waits for its result.
-async fn run(
+/// An on-demand run asked of the planner, its result not yet in.
+struct Requested {
+    test: String,
+    client: String,
+    server: String,
+    run_id: String,
+    /// When to give up on its result.
+    deadline: tokio::time::Instant,
+}
+
+impl Requested {
+    fn named(&self) -> String {
+        format!("{} {} → {}", self.test, self.client, self.server)
+    }
+
+    /// `run` (this request's), or why it will not run.
+    fn not_running(&self, run: RunRecord) -> Result<RunRecord, String> {
+        if matches!(run.state, RunState::NonStart | RunState::Missed) {
+            return Err(format!(
+                "{} did not run: {}",
+                self.named(),
+                run.reason.unwrap_or_else(|| format!("{:?}", run.state))
+            ));
+        }
+        Ok(run)
+    }
+}
+
+/// Asks the planner for one on-demand run starting no earlier than `not_before` (now
+/// when `None`).
+async fn ask_for(
     state: &ServerState,
-    test: &str,
-    spec: &serde_json::Value,
-    client: &str,
-    server: &str,
-    tests_run: &mut Vec<TestRun>,
-) -> Result<StoredResult, String> {
+    (test, spec): (&str, &serde_json::Value),
+    (client, server): (&str, &str),
+    not_before: Option<DateTime<Utc>>,
+) -> Result<Requested, String> {
+    let queue_until = not_before.unwrap_or_else(Utc::now)
+        + chrono::Duration::from_std(QUEUE_LIMIT).expect("fits");
     let request = RunRequest {
         test: test.to_string(),
         client: client.to_string(),
         server: server.to_string(),
         spec: spec.clone(),
-        not_before: None,
+        not_before,
         // Queued behind whatever holds the agents now, rather than refused.
-        not_after: Some(Utc::now() + chrono::Duration::from_std(QUEUE_LIMIT).expect("fits")),
+        not_after: Some(queue_until),
         // Above scheduled tasks: a diagnosis is asked for now.
         priority: 100,
     };
@@ -213,12 +243,45 @@ async fn run(
             (kind.estimate)(&Spec::new(kind, &values))
         })
         .unwrap_or_default();
-    let wait = QUEUE_LIMIT + test_time + RESULT_SLACK;
-    let deadline = tokio::time::Instant::now() + wait;
+    let wait = (queue_until - Utc::now()).to_std().unwrap_or_default() + test_time + RESULT_SLACK;
+    Ok(Requested {
+        test: test.to_string(),
+        client: client.to_string(),
+        server: server.to_string(),
+        run_id,
+        deadline: tokio::time::Instant::now() + wait,
+    })
+}
+
+/// The stored run of `requested` once the planner has placed it; an error when it
+/// will not run.
+async fn placed(state: &ServerState, requested: &Requested) -> Result<RunRecord, String> {
+    loop {
+        if let Some(run) = state
+            .archive
+            .run(&requested.run_id)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            return requested.not_running(run);
+        }
+        if tokio::time::Instant::now() > requested.deadline {
+            return Err(format!("{}: never placed", requested.named()));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits for the result of `requested`, noting the run in `tests_run`.
+async fn result_of(
+    state: &ServerState,
+    requested: Requested,
+    tests_run: &mut Vec<TestRun>,
+) -> Result<StoredResult, String> {
     let outcome = loop {
         if let Some(result) = state
             .archive
-            .stored_result(&run_id)
+            .stored_result(&requested.run_id)
             .await
             .map_err(|e| e.to_string())?
         {
@@ -226,30 +289,24 @@ async fn run(
         }
         if let Some(run) = state
             .archive
-            .run(&run_id)
+            .run(&requested.run_id)
             .await
             .map_err(|e| e.to_string())?
         {
-            if matches!(run.state, RunState::NonStart | RunState::Missed) {
-                break Err(format!(
-                    "{test} {client} → {server} did not run: {}",
-                    run.reason.unwrap_or_else(|| format!("{:?}", run.state))
-                ));
+            if let Err(refusal) = requested.not_running(run) {
+                break Err(refusal);
             }
         }
-        if tokio::time::Instant::now() > deadline {
-            break Err(format!(
-                "{test} {client} → {server}: no result within {:.0} s",
-                wait.as_secs_f64()
-            ));
+        if tokio::time::Instant::now() > requested.deadline {
+            break Err(format!("{}: no result in time", requested.named()));
         }
         tokio::time::sleep(POLL).await;
     };
     tests_run.push(TestRun {
-        test: test.to_string(),
-        client: client.to_string(),
-        server: server.to_string(),
-        run_id: run_id.clone(),
+        test: requested.test.clone(),
+        client: requested.client.clone(),
+        server: requested.server.clone(),
+        run_id: requested.run_id.clone(),
         outcome: match &outcome {
             Ok(result) => result.outcome.clone(),
             Err(_) => "not_run".to_string(),
@@ -258,11 +315,24 @@ async fn run(
     let result = outcome?;
     if result.outcome != "completed" {
         return Err(format!(
-            "{test} {client} → {server} failed: {}",
+            "{} failed: {}",
+            requested.named(),
             result.error.unwrap_or_default()
         ));
     }
     Ok(result)
+}
+
+/// Places one on-demand run and waits for its result.
+async fn run(
+    state: &ServerState,
+    test: &str,
+    spec: &serde_json::Value,
+    (client, server): (&str, &str),
+    tests_run: &mut Vec<TestRun>,
+) -> Result<StoredResult, String> {
+    let requested = ask_for(state, (test, spec), (client, server), None).await?;
+    result_of(state, requested, tests_run).await
 }
 
 fn parse<T: serde::de::DeserializeOwned>(result: &StoredResult) -> Result<T, String> {
@@ -324,8 +394,7 @@ async fn campaign(
             state,
             "trace",
             &trace_spec(),
-            source,
-            destination,
+            (source, destination),
             &mut tests_run,
         )
         .await?;
@@ -381,8 +450,18 @@ async fn campaign(
                 .map(|pair| (pair[0].clone(), pair[1].clone(), false)),
         );
     }
+    // Each measurement is asked for as soon as the one before it is placed, to start
+    // where that one's reservation ends: one after another, as the path allows, without
+    // the wait for a result, the planner and the lead before the next start between them.
+    let diagnose_spec = serde_json::json!({});
+    let diagnostic = ("diagnose", &diagnose_spec);
+    let mut next = match pairs.first() {
+        Some((from, to, _)) => Some(ask_for(state, diagnostic, (from, to), None).await?),
+        None => None,
+    };
     let mut segments = Vec::new();
     for (index, (from, to, end_to_end)) in pairs.iter().enumerate() {
+        let requested = next.take().expect("asked for before its turn");
         step(
             state,
             job,
@@ -394,15 +473,24 @@ async fn campaign(
             ),
         )
         .await;
-        let stored = run(
-            state,
-            "diagnose",
-            &serde_json::json!({}),
-            from,
-            to,
-            &mut tests_run,
-        )
-        .await?;
+        if let Some((next_from, next_to, _)) = pairs.get(index + 1) {
+            let run = placed(state, &requested).await?;
+            let not_before = Some(from_us(run.planned_end_us));
+            next = Some(ask_for(state, diagnostic, (next_from, next_to), not_before).await?);
+        }
+        let stored = match result_of(state, requested, &mut tests_run).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                if let Some(unneeded) = next.take() {
+                    // Too late once its agent has it; otherwise not run for nothing.
+                    let reason = "the diagnosis it was part of failed";
+                    if let Err(error) = state.archive.cancel_run(&unneeded.run_id, reason).await {
+                        tracing::warn!("cancelling {}: {error}", unneeded.named());
+                    }
+                }
+                return Err(error);
+            }
+        };
         let result: DiagnosticResult = parse(&stored)?;
         segments.push(SegmentObservation {
             from: from.clone(),

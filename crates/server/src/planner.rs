@@ -86,6 +86,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = tokio::time::sleep(options.tick) => {}
+            _ = state.request_submitted.notified() => {}
             _ = stopped.wait_for(|stop| *stop) => return,
         }
     }
@@ -938,7 +939,7 @@ pub enum RequestRefusal {
     Archive(#[from] ArchiveError),
 }
 
-/// Checks an app's run request and stores it for the planner's next tick; returns
+/// Checks an app's run request and stores it for the planner, which it wakes; returns
 /// its id (which is also the id of the run it becomes).
 pub async fn submit_request(
     state: &ServerState,
@@ -964,6 +965,9 @@ pub async fn submit_request(
     let id = format!("req-{}", crate::new_token().get(..16).unwrap_or_default());
     let document = serde_json::to_value(request).expect("request serialises");
     state.archive.add_request(&id, &document).await?;
+    // A permit kept if the planner is mid-pass: its next pass follows at once. On a
+    // replica that does not lead, the leader places it on its own tick.
+    state.request_submitted.notify_one();
     Ok(id)
 }
 

@@ -35,6 +35,9 @@ pub struct ServerState {
     pub ingest: IngestPipeline,
     /// Woken when new runs are stored, so long-polling agents answer at once.
     pub runs_stored: Notify,
+    /// Woken when an on-demand request is submitted, so the planner places it at once
+    /// rather than on its next tick (a diagnosis places one run after another).
+    pub request_submitted: Notify,
     /// Known tokens by value with what they grant; revoking a token clears it (see
     /// [`ServerState::forget_tokens`]) and expiry is checked on every use.
     token_cache: RwLock<HashMap<String, TokenGrant>>,
@@ -127,6 +130,7 @@ impl ServerState {
             recent: Recent::default(),
             events,
             runs_stored: Notify::new(),
+            request_submitted: Notify::new(),
             token_cache: RwLock::new(HashMap::new()),
             stopping: tokio::sync::watch::channel(false).0,
             archivers,
