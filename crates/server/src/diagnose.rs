@@ -6,9 +6,9 @@
 //! `diagnose` run end to end and one per segment between consecutive points, one at a
 //! time so no two transfers share the path (each placed to start where the one before
 //! it is reserved to end, so they follow each other without a gap), and weighs them
-//! with the trace and the pair's previous trace. The job document is stored after every step (so any replica
-//! answers `GET /api/v1/diagnose/{id}`) and each step is published as a `diagnosis`
-//! event on the subscription stream.
+//! with the trace and the pair's previous trace. The job document is stored after
+//! every step (so any replica answers `GET /api/v1/diagnose/{id}`) and each step is
+//! published as a `diagnosis` event on the subscription stream.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -482,7 +482,8 @@ async fn campaign(
             Ok(stored) => stored,
             Err(error) => {
                 if let Some(unneeded) = next.take() {
-                    // Too late once its agent has it; otherwise not run for nothing.
+                    // Not run for nothing, unless its agent has it already (or, rarely,
+                    // the planner has not placed it yet: then it runs all the same).
                     let reason = "the diagnosis it was part of failed";
                     if let Err(error) = state.archive.cancel_run(&unneeded.run_id, reason).await {
                         tracing::warn!("cancelling {}: {error}", unneeded.named());
