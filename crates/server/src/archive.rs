@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use vantage_model::control::{AgentRegistration, AppMetric, ResultUpload, Role, RunOutcome};
 use vantage_model::sla::SlaVerdict;
 use vantage_model::ticket::TicketSigner;
-use vantage_scheduler::Claim;
+use vantage_scheduler::{Claim, ClaimMode};
 
 use crate::notices::{stored_payloads, Channels};
 
@@ -52,7 +52,11 @@ pub enum ArchiveError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("stored light hand-out of agent '{client}' is inconsistent: {what}")]
+    CorruptHandOut { client: String, what: String },
 }
+
+mod handouts;
 
 fn sql(context: &'static str) -> impl FnOnce(sqlx::Error) -> ArchiveError {
     move |source| ArchiveError::Sql { context, source }
@@ -392,7 +396,7 @@ pub struct Archive {
 /// The tables that every run, upload, heartbeat and planning pass rewrites or adds
 /// to: a run's row is written three times (placed, handed out, completed), and
 /// index-only scans of `results` need its visibility map kept current.
-const VACUUMED_TABLES: &str = "runs, results, agents, planner_state, leases";
+const VACUUMED_TABLES: &str = "runs, light_handouts, results, agents, planner_state, leases";
 
 /// How often an archive vacuums [`VACUUMED_TABLES`] itself when autovacuum is off.
 const SELF_VACUUM_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
@@ -916,8 +920,13 @@ impl Archive {
 
     // ---- agents -------------------------------------------------------------
 
+    /// Stores a registration (new or changed) and moves the [`AGENTS_EPOCH`].
     pub async fn register_agent(&self, agent: &AgentRegistration) -> Result<(), ArchiveError> {
         let now = now_us();
+        let mut tx = self
+            .write_transaction()
+            .await
+            .map_err(sql("registering an agent"))?;
         sqlx::query(
             "INSERT INTO agents (name, addresses, endpoint_port, tags, capabilities, accepts_inbound, \
              registered_us, last_seen_us, iperf3_port, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
@@ -936,9 +945,11 @@ impl Archive {
         .bind(now)
         .bind(agent.iperf3_port.map(i64::from))
         .bind(agent.version.as_deref())
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await
         .map_err(sql("registering an agent"))?;
+        bump_counter(&mut tx, AGENTS_EPOCH).await?;
+        tx.commit().await.map_err(sql("registering an agent"))?;
         Ok(())
     }
 
@@ -961,9 +972,8 @@ impl Archive {
         rows.iter().map(agent_from_row).collect()
     }
 
-    /// The registered agents among `names` (in no particular order). An agent's fetch
-    /// needs itself and the peers of the runs it is given, not the whole fleet: reading
-    /// every agent at each fetch grew with the square of the fleet.
+    /// The registered agents among `names` (in no particular order): an agent's fetch
+    /// reads its own registration, not the whole fleet's.
     pub async fn agents_named(&self, names: &[&str]) -> Result<Vec<AgentRecord>, ArchiveError> {
         self.rows_matching(
             &format!("SELECT {AGENT_COLUMNS} FROM agents WHERE name IN"),
@@ -1115,47 +1125,7 @@ impl Archive {
         {
             bump_exclusive_epoch(&mut tx).await?;
         }
-        let mut inserted = HashSet::new();
-        let now = now_us();
-        // A set of rows per statement: a fetch places an agent's minute of a mesh (one
-        // run per peer) and a statement per row was a round trip each, on PostgreSQL
-        // while the fetch held the scheduler's lock the planning pass waits for.
-        for chunk in row_chunks(self.backend, runs) {
-            let text = format!(
-                "INSERT INTO runs (id, task, test, test_name, client, server, spec, exclusive, reverse, priority, \
-                 claims, planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason, created_us, target) \
-                 VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
-                value_rows(self.backend, 19, chunk.len())
-            );
-            let mut query = sqlx::query(&text);
-            for run in chunk {
-                query = query
-                    .bind(&run.id)
-                    .bind(&run.task)
-                    .bind(&run.test)
-                    .bind(&run.test_name)
-                    .bind(&run.client)
-                    .bind(&run.server)
-                    .bind(run.spec.to_string())
-                    .bind(i64::from(run.exclusive))
-                    .bind(i64::from(run.reverse))
-                    .bind(run.priority)
-                    .bind(to_json_text(&run.claims))
-                    .bind(run.planned_start_us)
-                    .bind(run.planned_end_us)
-                    .bind(run.actual_start_us)
-                    .bind(run.actual_end_us)
-                    .bind(run.state.as_str())
-                    .bind(run.reason.as_deref())
-                    .bind(now)
-                    .bind(run.target.as_deref());
-            }
-            let rows = query
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(sql("storing runs"))?;
-            inserted.extend(rows.iter().map(|row| row.get::<String, _>("id")));
-        }
+        let inserted = insert_run_rows(&mut tx, self.backend, runs, now_us()).await?;
         tx.commit().await.map_err(sql(doing))?;
         Ok(inserted)
     }
@@ -1230,7 +1200,10 @@ impl Archive {
                 .map_err(sql("marking runs dispatched"))?,
         );
         tx.commit().await.map_err(sql("marking runs dispatched"))?;
-        runs_by_start(&rows)
+        let mut runs = runs_by_start(&rows)?;
+        runs.extend(self.handed_out_not_ended(agent, now_us()).await?);
+        sort_by_start(&mut runs);
+        Ok(runs)
     }
 
     /// All runs whose planned start lies in `[from_us, to_us)`.
@@ -1248,7 +1221,18 @@ impl Archive {
         .fetch_all(&self.pool)
         .await
         .map_err(sql("listing runs"))?;
-        rows.iter().map(run_from_row).collect()
+        let mut runs = rows
+            .iter()
+            .map(run_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        runs.extend(
+            self.handed_out_between(from_us, to_us)
+                .await?
+                .into_iter()
+                .filter(|run| run.planned_start_us >= from_us),
+        );
+        sort_by_start(&mut runs);
+        Ok(runs)
     }
 
     /// Runs (not non-starts) that may hold resources in `[from_us, to_us)`: every
@@ -1288,7 +1272,12 @@ impl Archive {
                 .map_err(sql("listing planned runs"))?,
             );
         }
-        runs_by_start(&rows)
+        let mut runs = runs_by_start(&rows)?;
+        if others_from_us < i64::MAX {
+            runs.extend(self.handed_out_between(others_from_us, to_us).await?);
+            sort_by_start(&mut runs);
+        }
+        Ok(runs)
     }
 
     /// Planner marks whose name starts with `prefix`, as (rest of the name, value).
@@ -1418,8 +1407,8 @@ impl Archive {
         // checks use of a run (its id, agent and test) never changes once it is handed
         // out, and whether a result is new is decided in the transaction. On SQLite
         // this keeps the read and the checks out of the one writer's critical path.
-        let runs = self.runs_by_id(uploads).await?;
-        let (steps, accepted) = check_batch(uploads, &runs);
+        let (runs, handed_out) = self.runs_by_id(uploads).await?;
+        let (steps, accepted) = check_batch(uploads, &runs, &handed_out);
         let queue = self
             .group_commit
             .as_ref()
@@ -1486,7 +1475,21 @@ impl Archive {
                 .map_err(sql("storing a capture's packets"))?;
             }
         }
-        self.complete_runs(&mut tx, &new).await?;
+        let (with_rows, handed_out): (Vec<&Accepted>, Vec<&Accepted>) =
+            new.iter().partition(|candidate| candidate.has_row);
+        self.complete_runs(&mut tx, &with_rows).await?;
+        let handed_out: Vec<RunRecord> = handed_out
+            .iter()
+            .map(|candidate| candidate.completed_run())
+            .collect();
+        insert_runs_as(
+            &mut tx,
+            self.backend,
+            &handed_out,
+            received,
+            OnConflict::Complete,
+        )
+        .await?;
         if let Some(replicas) = &self.replicas {
             // Inside the transaction: PostgreSQL delivers it on commit, so the other
             // replicas hear of exactly the results that were stored.
@@ -1499,11 +1502,12 @@ impl Archive {
         Ok(stored)
     }
 
-    /// The runs the uploads name, by id.
+    /// The runs the uploads name, by id, and which of them are handed-out light runs
+    /// without a row yet (see [`handouts`]).
     async fn runs_by_id(
         &self,
         uploads: &[ResultUpload],
-    ) -> Result<HashMap<String, RunRecord>, ArchiveError> {
+    ) -> Result<(HashMap<String, RunRecord>, HashSet<String>), ArchiveError> {
         let ids: Vec<&str> = uploads
             .iter()
             .map(|upload| upload.run_id.as_str())
@@ -1520,7 +1524,18 @@ impl Archive {
             let run = run_from_row(row)?;
             runs.insert(run.id.clone(), run);
         }
-        Ok(runs)
+        let rowless: Vec<&ResultUpload> = uploads
+            .iter()
+            .filter(|upload| !runs.contains_key(&upload.run_id))
+            .collect();
+        let mut handed_out = HashSet::new();
+        if !rowless.is_empty() {
+            for (id, run) in self.handed_out_for(&rowless).await? {
+                handed_out.insert(id.clone());
+                runs.insert(id, run);
+            }
+        }
+        Ok((runs, handed_out))
     }
 
     /// Inserts the accepted results; answers the run ids that were new (a run id
@@ -2382,18 +2397,107 @@ impl Archive {
 /// cancelled or discarded): what was read of them is current while it stands still.
 pub const EXCLUSIVE_EPOCH: &str = "exclusive_epoch";
 
+/// Planner mark counting the registrations stored (new agents and changed ones): the
+/// registrations read are current while it stands still.
+pub const AGENTS_EPOCH: &str = "agents_epoch";
+
 async fn bump_exclusive_epoch(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+) -> Result<(), ArchiveError> {
+    bump_counter(tx, EXCLUSIVE_EPOCH).await
+}
+
+/// Adds one to the planner mark `name` (from nothing, to 1).
+async fn bump_counter(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    name: &str,
 ) -> Result<(), ArchiveError> {
     sqlx::query(
         "INSERT INTO planner_state (name, value) VALUES ($1, 1) \
          ON CONFLICT (name) DO UPDATE SET value = planner_state.value + 1",
     )
-    .bind(EXCLUSIVE_EPOCH)
+    .bind(name)
     .execute(&mut **tx)
     .await
     .map_err(sql("storing planner state"))?;
     Ok(())
+}
+
+/// Inserts `runs` as rows, a set per statement, skipping ids already stored; returns
+/// the ids that were new.
+async fn insert_run_rows(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    runs: &[RunRecord],
+    now: i64,
+) -> Result<HashSet<String>, ArchiveError> {
+    insert_runs_as(tx, backend, runs, now, OnConflict::Skip).await
+}
+
+/// What inserting a run whose id is stored already does.
+#[derive(Clone, Copy)]
+enum OnConflict {
+    /// Leaves the stored run as it is.
+    Skip,
+    /// Takes the new run's state, times and reason: a handed-out run's result completes
+    /// it even when the sweep recorded it missed meanwhile.
+    Complete,
+}
+
+async fn insert_runs_as(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    runs: &[RunRecord],
+    now: i64,
+    on_conflict: OnConflict,
+) -> Result<HashSet<String>, ArchiveError> {
+    let mut inserted = HashSet::new();
+    // A set of rows per statement: a fetch places an agent's minute of a mesh (one
+    // run per peer) and a statement per row was a round trip each, on PostgreSQL
+    // while the fetch held the scheduler's lock the planning pass waits for.
+    for chunk in row_chunks(backend, runs) {
+        let text = format!(
+            "INSERT INTO runs (id, task, test, test_name, client, server, spec, exclusive, reverse, priority, \
+             claims, planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason, created_us, target) \
+             VALUES {} ON CONFLICT (id) {}",
+            value_rows(backend, 19, chunk.len()),
+            match on_conflict {
+                OnConflict::Skip => "DO NOTHING RETURNING id",
+                OnConflict::Complete =>
+                    "DO UPDATE SET state = excluded.state, actual_start_us = excluded.actual_start_us, \
+                     actual_end_us = excluded.actual_end_us, reason = excluded.reason RETURNING id",
+            }
+        );
+        let mut query = sqlx::query(&text);
+        for run in chunk {
+            query = query
+                .bind(&run.id)
+                .bind(&run.task)
+                .bind(&run.test)
+                .bind(&run.test_name)
+                .bind(&run.client)
+                .bind(&run.server)
+                .bind(run.spec.to_string())
+                .bind(i64::from(run.exclusive))
+                .bind(i64::from(run.reverse))
+                .bind(run.priority)
+                .bind(to_json_text(&run.claims))
+                .bind(run.planned_start_us)
+                .bind(run.planned_end_us)
+                .bind(run.actual_start_us)
+                .bind(run.actual_end_us)
+                .bind(run.state.as_str())
+                .bind(run.reason.as_deref())
+                .bind(now)
+                .bind(run.target.as_deref());
+        }
+        let rows = query
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(sql("storing runs"))?;
+        inserted.extend(rows.iter().map(|row| row.get::<String, _>("id")));
+    }
+    Ok(inserted)
 }
 
 async fn set_mark(
@@ -2417,6 +2521,7 @@ async fn set_mark(
 fn check_batch(
     uploads: &[ResultUpload],
     runs: &HashMap<String, RunRecord>,
+    handed_out: &HashSet<String>,
 ) -> (Vec<Step>, Vec<Accepted>) {
     let mut steps = Vec::with_capacity(uploads.len());
     let mut accepted: Vec<Accepted> = Vec::new();
@@ -2441,7 +2546,7 @@ fn check_batch(
             steps.push(Step::Done(Box::new(Ok((Ingest::Duplicate, run.clone())))));
             continue;
         }
-        match Accepted::check(run, upload) {
+        match Accepted::check(run, upload, !handed_out.contains(&run.id)) {
             Ok(candidate) => {
                 first_of.insert(&upload.run_id);
                 steps.push(Step::Accepted(accepted.len()));
@@ -2463,6 +2568,8 @@ enum Step {
 /// An upload that passed the checks, with what will be stored for it.
 struct Accepted {
     run: RunRecord,
+    /// The run has a row to update; a handed-out light run gets its row now.
+    has_row: bool,
     /// "completed" or "failed".
     outcome: &'static str,
     start_us: i64,
@@ -2474,7 +2581,11 @@ struct Accepted {
 }
 
 impl Accepted {
-    fn check(run: &RunRecord, upload: &ResultUpload) -> Result<Accepted, IngestRefusal> {
+    fn check(
+        run: &RunRecord,
+        upload: &ResultUpload,
+        has_row: bool,
+    ) -> Result<Accepted, IngestRefusal> {
         let (raw, metrics, packets) = match (&upload.outcome, &upload.result) {
             (RunOutcome::Completed, Some(result)) => {
                 match crate::capture_packets::detach(&run.test, result) {
@@ -2506,6 +2617,7 @@ impl Accepted {
         };
         Ok(Accepted {
             run: run.clone(),
+            has_row,
             outcome: match upload.outcome {
                 RunOutcome::Completed => "completed",
                 RunOutcome::Failed => "failed",
@@ -2681,8 +2793,12 @@ fn runs_by_start(rows: &[AnyRow]) -> Result<Vec<RunRecord>, ArchiveError> {
         .iter()
         .map(run_from_row)
         .collect::<Result<Vec<_>, _>>()?;
-    runs.sort_by(|a, b| (a.planned_start_us, &a.id).cmp(&(b.planned_start_us, &b.id)));
+    sort_by_start(&mut runs);
     Ok(runs)
+}
+
+fn sort_by_start(runs: &mut [RunRecord]) {
+    runs.sort_by(|a, b| (a.planned_start_us, &a.id).cmp(&(b.planned_start_us, &b.id)));
 }
 
 fn run_from_row(row: &AnyRow) -> Result<RunRecord, ArchiveError> {

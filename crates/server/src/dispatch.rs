@@ -1,6 +1,7 @@
 //! What an agent is handed for a run: its target's address and the port of the
 //! service the run's test kind talks to.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use vantage_model::control::{AssignedRun, RunTicket};
@@ -23,7 +24,7 @@ pub const TICKET_GRACE: Duration = Duration::from_secs(60);
 /// ticket signed by `signer`, valid for the run's reservation plus [`TICKET_GRACE`].
 pub fn assign(
     run: RunRecord,
-    agents: &[AgentRecord],
+    agents: &HashMap<String, AgentRecord>,
     signer: &TicketSigner,
 ) -> Option<AssignedRun> {
     let kind = kinds::find(&run.test)?;
@@ -34,9 +35,7 @@ pub fn assign(
             (target.host, target.port, None)
         }
         None => {
-            let server = agents
-                .iter()
-                .find(|agent| agent.registration.name == run.server)?;
+            let server = agents.get(&run.server)?;
             let port = match service {
                 Service::Endpoint => server.registration.endpoint_port,
                 Service::Iperf3 => server.registration.iperf3_port?,

@@ -102,9 +102,9 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
         return Ok(false);
     }
     state.refresh_agent_tags().await?;
-    let missed = archive
-        .mark_missed(now_us() - micros(options.miss_grace))
-        .await?;
+    let overdue_before_us = now_us() - micros(options.miss_grace);
+    let mut missed = archive.mark_missed(overdue_before_us).await?;
+    missed.extend(archive.sweep_handouts(overdue_before_us).await?);
     missed_alerts(state, missed).await?;
     let config = config_store::current(&state.archive).await?;
     let agents = registered_agents(archive).await?;
@@ -560,8 +560,7 @@ async fn store_plan(
     store_plan_as(state, config, planned, marks, RunState::Scheduled).await
 }
 
-/// [`store_plan`], its runs stored as `run_state`: scheduled, or dispatched when
-/// their client is fetching them.
+/// [`store_plan`], its runs stored as `run_state`.
 async fn store_plan_as(
     state: &ServerState,
     config: &ValidatedConfig,
@@ -569,6 +568,30 @@ async fn store_plan_as(
     marks: &[(&str, i64)],
     run_state: RunState,
 ) -> Result<Vec<RunRecord>, ArchiveError> {
+    let (mut records, non_starts) = plan_records(config, planned, run_state);
+    records.extend(non_starts.iter().cloned());
+    let inserted = state.archive.insert_runs_and_marks(&records, marks).await?;
+    non_start_alerts(state, &non_starts).await?;
+    records.retain(|record| inserted.contains(&record.id));
+    Ok(records)
+}
+
+async fn non_start_alerts(
+    state: &ServerState,
+    non_starts: &[RunRecord],
+) -> Result<(), ArchiveError> {
+    for record in non_starts {
+        non_start_alert(state, record).await?;
+    }
+    Ok(())
+}
+
+/// A plan's runs, as `run_state`, and its non-starts, as records.
+fn plan_records(
+    config: &ValidatedConfig,
+    planned: vantage_scheduler::Plan,
+    run_state: RunState,
+) -> (Vec<RunRecord>, Vec<RunRecord>) {
     let type_of = |test_name: &str| {
         config
             .test(test_name)
@@ -582,7 +605,7 @@ async fn store_plan_as(
             non_start_record(non_start, test_type)
         })
         .collect();
-    let mut records: Vec<RunRecord> = planned
+    let records: Vec<RunRecord> = planned
         .runs
         .into_iter()
         .map(|run| RunRecord {
@@ -590,13 +613,7 @@ async fn store_plan_as(
             ..planned_record(run)
         })
         .collect();
-    records.extend(non_starts.iter().cloned());
-    let inserted = state.archive.insert_runs_and_marks(&records, marks).await?;
-    for record in &non_starts {
-        non_start_alert(state, record).await?;
-    }
-    records.retain(|record| inserted.contains(&record.id));
-    Ok(records)
+    (records, non_starts)
 }
 
 /// The light tasks of the configuration and agent set with plan basis `basis`,
@@ -732,14 +749,24 @@ async fn place_light_window(
     // Sorted by start: the runs starting after the placement's reach are not in its way.
     let in_the_way = &reserved[..reserved.partition_point(|run| to_us(run.start) < reach_us)];
     let placed = light.runs_for(client, window, in_the_way, seed);
-    store_plan_as(
-        state,
-        config,
-        placed,
-        &[(&placed_mark, until_us)],
-        run_state,
-    )
-    .await
+    let marks = [(placed_mark.as_str(), until_us)];
+    if run_state != RunState::Dispatched {
+        return store_plan_as(state, config, placed, &marks, run_state).await;
+    }
+    // Handed out at the agent's fetch: one hand-out, not a row per run (see
+    // `Archive::hand_out_light_runs`); the non-starts are rows as ever.
+    let (runs, non_starts) = plan_records(config, placed, run_state);
+    let (mut handed, inserted) = state
+        .archive
+        .hand_out_light_runs(client, (start_us, until_us), runs, &non_starts, &marks)
+        .await?;
+    non_start_alerts(state, &non_starts).await?;
+    handed.extend(
+        non_starts
+            .into_iter()
+            .filter(|record| inserted.contains(&record.id)),
+    );
+    Ok(handed)
 }
 
 /// Light runs are placed up to this much further ahead than a fetch asks, by an
@@ -757,8 +784,8 @@ fn stagger_us(agent: &str) -> i64 {
 /// Places the light runs `agent` has not been given yet whose nominal start is before
 /// `until_us` (its fetch's horizon, plus the agent's [`stagger_us`]) and before where
 /// the planner has planned every run in their way, and hands them out: they are stored
-/// as dispatched (one write per run before its result, not a placement and then a
-/// claim) and returned. Called when the agent fetches its runs. Nothing is placed
+/// as one hand-out (one row for the fetch, not a row per run; each run gets its row with
+/// its result) and returned. Called when the agent fetches its runs. Nothing is placed
 /// while the planner has not yet planned the current configuration and agent set (it
 /// replans on its next tick).
 pub async fn place_light_runs(

@@ -135,10 +135,7 @@ pub(super) async fn assigned_runs(
             .await?;
         runs.extend(crate::planner::place_light_runs(&state, &name, horizon_us).await?);
         if !runs.is_empty() || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
-            let mut peers: Vec<&str> = runs.iter().map(|run| run.server.as_str()).collect();
-            peers.sort_unstable();
-            peers.dedup();
-            let agents = state.archive.agents_named(&peers).await?;
+            let agents = state.registrations().await?;
             let keyring = state.keyring().await?;
             let signer = keyring.signer(now_us());
             let assigned = runs

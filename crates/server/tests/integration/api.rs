@@ -1825,22 +1825,182 @@ async fn light_runs_are_placed_when_fetched_on_postgres() {
     light_runs_scenario(Kind::Postgres).await;
 }
 
+/// A latency mesh of every agent every 4 s without slip (one probe, a 1 s timeout),
+/// measured in `directions` ("one" or "both").
+async fn apply_latency_mesh(archive: &vantage_server::archive::Archive, directions: &str) {
+    vantage_server::config_store::apply(
+        archive,
+        &json!({
+            "groups": [{"name": "all", "kind": "mesh", "members": ["*"]}],
+            "tests": [{"name": "rtt", "type": "latency", "spec": {"count": 1, "timeout": "1s"}}],
+            "tasks": [{"name": "lat", "test": "rtt", "group": "all", "every": "4s", "slip": "0s",
+                       "directions": directions}]
+        }),
+    )
+    .await
+    .unwrap();
+}
+
+/// Light runs handed out at a fetch are one hand-out, not a row each: they are read from
+/// it (the runs API, an agent's resynchronisation, an upload's check), a run gets its row
+/// with its result, and once they are all overdue the planner records the rest missed.
+async fn handed_out_runs_scenario(kind: Kind) {
+    let (_db, archive, state) = planner_scenario(kind, "handout", &["m1", "m2", "m3"]).await;
+    apply_latency_mesh(&archive, "one").await;
+    let options = PlannerOptions {
+        horizon: Duration::from_secs(6),
+        miss_grace: Duration::from_secs(1),
+        ..PlannerOptions::default()
+    };
+    assert!(vantage_server::planner::tick(&state, &options)
+        .await
+        .unwrap());
+    let mut placed = vantage_server::planner::place_light_runs(&state, "m1", now_us() + 6_000_000)
+        .await
+        .unwrap();
+    placed.sort_by(|a, b| (a.planned_start_us, &a.id).cmp(&(b.planned_start_us, &b.id)));
+    assert!(placed.len() >= 2, "{placed:#?}");
+    assert!(placed.iter().all(|run| run.state == RunState::Dispatched));
+    let ids =
+        |runs: &[RunRecord]| -> Vec<String> { runs.iter().map(|run| run.id.clone()).collect() };
+
+    // Read back from the hand-out as they were handed out.
+    let listed: Vec<RunRecord> = archive
+        .runs_between(0, i64::MAX)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|run| run.client == "m1")
+        .collect();
+    assert_eq!(listed, placed);
+    let resynchronised = archive.take_runs_for("m1", now_us(), true).await.unwrap();
+    let not_ended: Vec<RunRecord> = placed
+        .iter()
+        .filter(|run| run.planned_end_us > now_us() + 500_000)
+        .cloned()
+        .collect();
+    assert!(!not_ended.is_empty());
+    for run in &not_ended {
+        assert!(resynchronised.contains(run), "{} not given again", run.id);
+    }
+
+    // An upload is checked against its handed-out run, and completes it in its own row.
+    let first = &placed[0];
+    let upload_of = |run: &RunRecord, agent: &str| -> ResultUpload {
+        serde_json::from_value(upload(&run.id, agent, 250.0)).unwrap()
+    };
+    let outcome = archive.ingest(&upload_of(first, "m1")).await.unwrap();
+    assert!(matches!(outcome.0, Ingest::Stored(_)), "{outcome:?}");
+    assert_eq!(outcome.1.state, RunState::Completed);
+    assert!(matches!(
+        archive.ingest(&upload_of(first, "m1")).await.unwrap().0,
+        Ingest::Duplicate
+    ));
+    let refusal = archive
+        .ingest(&upload_of(&placed[1], "m2"))
+        .await
+        .unwrap_err();
+    assert!(refusal.to_string().contains(&placed[1].id), "{refusal}");
+    let stored = archive
+        .run(&first.id)
+        .await
+        .unwrap()
+        .expect("the run's row");
+    assert_eq!(stored.state, RunState::Completed);
+    assert_eq!(
+        (stored.planned_start_us, stored.spec.clone()),
+        (first.planned_start_us, first.spec.clone())
+    );
+    assert!(
+        !archive
+            .take_runs_for("m1", now_us(), true)
+            .await
+            .unwrap()
+            .iter()
+            .any(|run| run.id == first.id),
+        "a run with its result is not given again"
+    );
+
+    // Once every run handed out is overdue, the pass records those without a result
+    // missed, and a late result still completes one.
+    let last_end_us = placed.iter().map(|run| run.planned_end_us).max().unwrap();
+    let wait_us = (last_end_us + 1_500_000 - now_us()).max(0);
+    tokio::time::sleep(Duration::from_micros(wait_us as u64)).await;
+    vantage_server::planner::tick(&state, &options)
+        .await
+        .unwrap();
+    let by_id: std::collections::HashMap<String, RunRecord> = archive
+        .runs_between(0, i64::MAX)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|run| (run.id.clone(), run))
+        .collect();
+    assert_eq!(by_id[&first.id].state, RunState::Completed);
+    for id in &ids(&placed)[1..] {
+        let run = &by_id[id];
+        assert_eq!(run.state, RunState::Missed, "{run:#?}");
+        assert!(run
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("fetched the run but reported no result"));
+    }
+    let late = archive.ingest(&upload_of(&placed[1], "m1")).await.unwrap();
+    assert!(matches!(late.0, Ingest::Stored(_)), "{late:?}");
+    assert_eq!(
+        archive.run(&placed[1].id).await.unwrap().unwrap().state,
+        RunState::Completed
+    );
+}
+
+#[tokio::test]
+async fn handed_out_runs_live_in_their_hand_out_until_swept_on_sqlite() {
+    handed_out_runs_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn handed_out_runs_live_in_their_hand_out_until_swept_on_postgres() {
+    handed_out_runs_scenario(Kind::Postgres).await;
+}
+
+/// A replica keeps the registrations it read while none is stored, by it or by another
+/// replica sharing the database, and reads them again once one is.
+async fn registrations_scenario(kind: Kind) {
+    let (db, _archive, state) = planner_scenario(kind, "registrations", &["m1", "m2"]).await;
+    let first = state.registrations().await.unwrap();
+    assert_eq!(first["m2"].registration.addresses, ["127.0.0.1"]);
+    assert!(std::sync::Arc::ptr_eq(
+        &first,
+        &state.registrations().await.unwrap()
+    ));
+    let other_replica = vantage_server::archive::Archive::open(&db.url)
+        .await
+        .unwrap();
+    let mut moved = first["m2"].registration.clone();
+    moved.addresses = vec!["127.0.0.2".into()];
+    other_replica.register_agent(&moved).await.unwrap();
+    let again = state.registrations().await.unwrap();
+    assert_eq!(again["m2"].registration.addresses, ["127.0.0.2"]);
+    assert_eq!(again.len(), 2);
+}
+
+#[tokio::test]
+async fn registrations_are_read_again_when_one_is_stored_on_sqlite() {
+    registrations_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn registrations_are_read_again_when_one_is_stored_on_postgres() {
+    registrations_scenario(Kind::Postgres).await;
+}
+
 /// A replica reads the exclusive runs in light runs' way once for many fetches; an
 /// exclusive run stored after that read (an on-demand test, say) is still in the way of
 /// the light runs placed after it.
 async fn light_runs_meet_new_exclusive_runs_scenario(kind: Kind) {
     let (_db, archive, state) = planner_scenario(kind, "epoch", &["m1", "m2", "m3"]).await;
-    vantage_server::config_store::apply(
-        &archive,
-        &json!({
-            "groups": [{"name": "all", "kind": "mesh", "members": ["*"]}],
-            "tests": [{"name": "rtt", "type": "latency", "spec": {"count": 1, "timeout": "1s"}}],
-            "tasks": [{"name": "lat", "test": "rtt", "group": "all", "every": "4s", "slip": "0s",
-                       "directions": "both"}]
-        }),
-    )
-    .await
-    .unwrap();
+    apply_latency_mesh(&archive, "both").await;
     let options = PlannerOptions {
         horizon: Duration::from_secs(20),
         ..PlannerOptions::default()

@@ -1,0 +1,495 @@
+//! Light runs handed out without a row each (`light_handouts`, migration 0015).
+//!
+//! A thousand-agent latency mesh every minute hands out 16 650 runs a second. Stored as
+//! a row each when handed out, read again to check its upload and updated with its
+//! result, they were three of every four row writes the archive made, and SQLite's one
+//! writer fell behind. Now the light runs one fetch hands out are one row: the window of
+//! nominal starts it placed and a compact document of its runs (what a task's runs
+//! share once, each claimed resource named once). A run's row in `runs` is written once,
+//! with its result ([`Archive::ingest_batch`]); until then the archive reads the run from
+//! its hand-out wherever runs are asked for: an upload's check, an agent's
+//! resynchronisation, the runs a planning pass places around, the runs API. Once every
+//! run of a hand-out is overdue the planner sweeps it ([`Archive::sweep_handouts`]): the
+//! runs that have no row by then are stored as missed, and the hand-out is deleted.
+
+use super::*;
+
+/// A hand-out's runs as stored in `light_handouts.runs`.
+#[derive(Serialize, Deserialize)]
+struct Document {
+    tasks: Vec<TaskPart>,
+    resources: Vec<String>,
+    runs: Vec<HandedRun>,
+}
+
+/// What every run of one task shares.
+#[derive(Serialize, Deserialize)]
+struct TaskPart {
+    task: String,
+    test: String,
+    test_name: String,
+    spec: serde_json::Value,
+    priority: i64,
+    reverse: bool,
+}
+
+/// One run, as a JSON array: its task (an index into `tasks`), id, server, external
+/// target, claims (an index into `resources` and the mode), planned start and end.
+#[derive(Serialize, Deserialize)]
+struct HandedRun(
+    usize,
+    String,
+    String,
+    Option<String>,
+    Vec<(usize, ClaimMode)>,
+    i64,
+    i64,
+);
+
+/// Margin around an upload's measured times within which its run's hand-out is looked
+/// for first: an agent starts a run at its planned start, give or take its start
+/// tolerance and its clock.
+const LOOKUP_MARGIN_US: i64 = 60_000_000;
+
+fn encode(runs: &[RunRecord]) -> String {
+    let mut tasks: Vec<TaskPart> = Vec::new();
+    let mut resources: Vec<String> = Vec::new();
+    let mut resource_index: HashMap<&str, usize> = HashMap::new();
+    let mut handed = Vec::with_capacity(runs.len());
+    for run in runs {
+        let task = match tasks.iter().position(|part| {
+            part.task == run.task
+                && part.test_name == run.test_name
+                && part.test == run.test
+                && part.spec == run.spec
+                && part.priority == run.priority
+                && part.reverse == run.reverse
+        }) {
+            Some(index) => index,
+            None => {
+                tasks.push(TaskPart {
+                    task: run.task.clone(),
+                    test: run.test.clone(),
+                    test_name: run.test_name.clone(),
+                    spec: run.spec.clone(),
+                    priority: run.priority,
+                    reverse: run.reverse,
+                });
+                tasks.len() - 1
+            }
+        };
+        let claims = run
+            .claims
+            .iter()
+            .map(|claim| {
+                let index = *resource_index
+                    .entry(claim.resource.as_str())
+                    .or_insert_with(|| {
+                        resources.push(claim.resource.clone());
+                        resources.len() - 1
+                    });
+                (index, claim.mode)
+            })
+            .collect();
+        handed.push(HandedRun(
+            task,
+            run.id.clone(),
+            run.server.clone(),
+            run.target.clone(),
+            claims,
+            run.planned_start_us,
+            run.planned_end_us,
+        ));
+    }
+    to_json_text(&Document {
+        tasks,
+        resources,
+        runs: handed,
+    })
+}
+
+fn decode_document(text: &str) -> Result<Document, ArchiveError> {
+    serde_json::from_str(text).map_err(|source| ArchiveError::Json {
+        what: "light hand-out",
+        source,
+    })
+}
+
+impl Document {
+    /// Its run `run` of `client`, as handed out (dispatched).
+    fn run(&self, client: &str, run: HandedRun) -> Result<RunRecord, ArchiveError> {
+        let corrupt = |what: &str| ArchiveError::CorruptHandOut {
+            client: client.to_string(),
+            what: what.to_string(),
+        };
+        let HandedRun(task, id, server, target, claims, start_us, end_us) = run;
+        let part = self
+            .tasks
+            .get(task)
+            .ok_or_else(|| corrupt("a run names a task it does not hold"))?;
+        let claims = claims
+            .into_iter()
+            .map(|(resource, mode)| {
+                Ok(Claim {
+                    resource: self
+                        .resources
+                        .get(resource)
+                        .ok_or_else(|| corrupt("a claim names a resource it does not hold"))?
+                        .clone(),
+                    mode,
+                })
+            })
+            .collect::<Result<Vec<Claim>, ArchiveError>>()?;
+        Ok(RunRecord {
+            exclusive: claims
+                .iter()
+                .any(|claim| claim.mode == ClaimMode::Exclusive),
+            id,
+            task: part.task.clone(),
+            test: part.test.clone(),
+            test_name: part.test_name.clone(),
+            client: client.to_string(),
+            server,
+            target,
+            spec: part.spec.clone(),
+            reverse: part.reverse,
+            priority: part.priority,
+            claims,
+            planned_start_us: start_us,
+            planned_end_us: end_us,
+            actual_start_us: None,
+            actual_end_us: None,
+            state: RunState::Dispatched,
+            reason: None,
+        })
+    }
+}
+
+/// The runs of hand-out rows read as `client, runs` that `keep` keeps, judged on the
+/// compact form (id, planned start and end) before a record is made of each: a batch of
+/// uploads needs a few runs of hand-outs of a thousand.
+fn runs_of_rows(
+    rows: &[AnyRow],
+    keep: impl Fn(&str, i64, i64) -> bool,
+) -> Result<Vec<RunRecord>, ArchiveError> {
+    let mut runs = Vec::new();
+    for row in rows {
+        let client: String = row.get("client");
+        let mut document = decode_document(&row.get::<String, _>("runs"))?;
+        let handed = std::mem::take(&mut document.runs);
+        for run in handed {
+            if keep(&run.1, run.5, run.6) {
+                runs.push(document.run(&client, run)?);
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// The ids of the runs of hand-out rows read as `runs`.
+fn ids_of_rows(rows: &[AnyRow]) -> Result<HashSet<String>, ArchiveError> {
+    let mut ids = HashSet::new();
+    for row in rows {
+        let document = decode_document(&row.get::<String, _>("runs"))?;
+        ids.extend(document.runs.into_iter().map(|run| run.1));
+    }
+    Ok(ids)
+}
+
+impl Archive {
+    /// Hands out `runs`, light runs placed for `client`'s nominal starts in
+    /// `[from_us, until_us)`, as one hand-out, and stores the `non_starts` of that
+    /// placement as rows and `marks`, in one transaction. Returns the runs handed out:
+    /// none when another fetch handed out this window first, and never a run an
+    /// earlier hand-out holds (after a replan lowered the agent's mark). Also the ids
+    /// of the non-starts that were new.
+    pub async fn hand_out_light_runs(
+        &self,
+        client: &str,
+        (from_us, until_us): (i64, i64),
+        runs: Vec<RunRecord>,
+        non_starts: &[RunRecord],
+        marks: &[(&str, i64)],
+    ) -> Result<(Vec<RunRecord>, HashSet<String>), ArchiveError> {
+        const DOING: &str = "handing out runs";
+        let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
+        let earlier = sqlx::query(
+            "SELECT client, runs FROM light_handouts WHERE client = $1 AND until_us > $2",
+        )
+        .bind(client)
+        .bind(from_us)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(sql(DOING))?;
+        let held = ids_of_rows(&earlier)?;
+        let runs: Vec<RunRecord> = runs
+            .into_iter()
+            .filter(|run| !held.contains(&run.id))
+            .collect();
+        if let (Some(first_start_us), Some(reach_us)) = (
+            runs.iter().map(|run| run.planned_start_us).min(),
+            runs.iter().map(|run| run.planned_end_us).max(),
+        ) {
+            let done = sqlx::query(
+                "INSERT INTO light_handouts (client, from_us, until_us, first_start_us, reach_us, runs) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (client, from_us) DO NOTHING",
+            )
+            .bind(client)
+            .bind(from_us)
+            .bind(until_us)
+            .bind(first_start_us)
+            .bind(reach_us)
+            .bind(encode(&runs))
+            .execute(&mut *tx)
+            .await
+            .map_err(sql(DOING))?;
+            if done.rows_affected() == 0 {
+                // Another fetch of this agent handed this window out first; dropping
+                // the transaction rolls it back.
+                return Ok((Vec::new(), HashSet::new()));
+            }
+        }
+        let inserted = insert_run_rows(&mut tx, self.backend, non_starts, now_us()).await?;
+        for &(name, value) in marks {
+            set_mark(&mut tx, name, value).await?;
+        }
+        tx.commit().await.map_err(sql(DOING))?;
+        Ok((runs, inserted))
+    }
+
+    /// The handed-out runs `uploads` name, by id; each upload's agent is its client.
+    pub(super) async fn handed_out_for(
+        &self,
+        uploads: &[&ResultUpload],
+    ) -> Result<HashMap<String, RunRecord>, ArchiveError> {
+        const DOING: &str = "reading handed-out runs";
+        let mut by_agent: BTreeMap<&str, Vec<&ResultUpload>> = BTreeMap::new();
+        for upload in uploads {
+            by_agent.entry(&upload.agent).or_default().push(upload);
+        }
+        let mut found = HashMap::new();
+        for (agent, uploads) in by_agent {
+            let wanted: HashSet<&str> = uploads.iter().map(|u| u.run_id.as_str()).collect();
+            let earliest_us = uploads.iter().map(|u| to_us(u.actual_start)).min();
+            let latest_us = uploads.iter().map(|u| to_us(u.actual_end)).max();
+            // The hand-outs around the measured times first (one or two of the three or
+            // four an agent holds), then, for runs still not found, all of them.
+            let near = sqlx::query(
+                "SELECT client, runs FROM light_handouts WHERE client = $1 \
+                 AND reach_us >= $2 AND first_start_us <= $3",
+            )
+            .bind(agent)
+            .bind(earliest_us.unwrap_or(0).saturating_sub(LOOKUP_MARGIN_US))
+            .bind(latest_us.unwrap_or(0).saturating_add(LOOKUP_MARGIN_US))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql(DOING))?;
+            let wanted_here = |id: &str, _, _| wanted.contains(id);
+            let mut runs = runs_of_rows(&near, wanted_here)?;
+            if runs.len() < wanted.len() {
+                let all = sqlx::query("SELECT client, runs FROM light_handouts WHERE client = $1")
+                    .bind(agent)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(sql(DOING))?;
+                runs = runs_of_rows(&all, wanted_here)?;
+            }
+            found.extend(runs.into_iter().map(|run| (run.id.clone(), run)));
+        }
+        Ok(found)
+    }
+
+    /// `agent`'s handed-out runs that have not ended by `now_us` and have no result.
+    pub(super) async fn handed_out_not_ended(
+        &self,
+        agent: &str,
+        now_us: i64,
+    ) -> Result<Vec<RunRecord>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT client, runs FROM light_handouts WHERE client = $1 AND reach_us > $2",
+        )
+        .bind(agent)
+        .bind(now_us)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading handed-out runs"))?;
+        let runs = runs_of_rows(&rows, |_, _, end_us| end_us > now_us)?;
+        self.without_rows(runs).await
+    }
+
+    /// Handed-out runs planned to end after `ends_after_us` and start before
+    /// `starts_before_us` that have no row yet (those with one are read as rows).
+    pub(super) async fn handed_out_between(
+        &self,
+        ends_after_us: i64,
+        starts_before_us: i64,
+    ) -> Result<Vec<RunRecord>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT client, runs FROM light_handouts WHERE reach_us > $1 AND first_start_us < $2",
+        )
+        .bind(ends_after_us)
+        .bind(starts_before_us)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading handed-out runs"))?;
+        let runs = runs_of_rows(&rows, |_, start_us, end_us| {
+            end_us > ends_after_us && start_us < starts_before_us
+        })?;
+        self.without_rows(runs).await
+    }
+
+    /// `runs` less those that have a row in `runs` (a result, or a missed record).
+    async fn without_rows(&self, runs: Vec<RunRecord>) -> Result<Vec<RunRecord>, ArchiveError> {
+        if runs.is_empty() {
+            return Ok(runs);
+        }
+        let ids: Vec<&str> = runs.iter().map(|run| run.id.as_str()).collect();
+        let stored: HashSet<String> = self
+            .rows_matching(
+                "SELECT id FROM runs WHERE id IN",
+                &ids,
+                "reading handed-out runs",
+            )
+            .await?
+            .iter()
+            .map(|row| row.get("id"))
+            .collect();
+        Ok(runs
+            .into_iter()
+            .filter(|run| !stored.contains(&run.id))
+            .collect())
+    }
+
+    /// Sweeps the hand-outs whose every run ended before `overdue_before_us`: the runs
+    /// that have no row by then (no result came) are stored as missed and returned, and
+    /// the hand-outs are deleted, in one transaction.
+    pub async fn sweep_handouts(
+        &self,
+        overdue_before_us: i64,
+    ) -> Result<Vec<RunRecord>, ArchiveError> {
+        const DOING: &str = "sweeping handed-out runs";
+        // Most passes find none, which a read finds out without the writer.
+        let any = sqlx::query("SELECT client FROM light_handouts WHERE reach_us < $1")
+            .bind(overdue_before_us)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql(DOING))?;
+        if any.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
+        let rows = sqlx::query("SELECT client, runs FROM light_handouts WHERE reach_us < $1")
+            .bind(overdue_before_us)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(sql(DOING))?;
+        let ids: Vec<String> = ids_of_rows(&rows)?.into_iter().collect();
+        let mut stored: HashSet<String> = HashSet::new();
+        for chunk in row_chunks(self.backend, &ids) {
+            let text = format!(
+                "SELECT id FROM runs WHERE id IN ({})",
+                placeholders(self.backend, chunk.len())
+            );
+            let mut query = sqlx::query_scalar(&text);
+            for id in chunk {
+                query = query.bind(id);
+            }
+            stored.extend(query.fetch_all(&mut *tx).await.map_err(sql(DOING))?);
+        }
+        let missed: Vec<RunRecord> = runs_of_rows(&rows, |id, _, _| !stored.contains(id))?
+            .into_iter()
+            .map(|run| RunRecord {
+                state: RunState::Missed,
+                reason: Some(format!(
+                    "agent '{}' fetched the run but reported no result in time",
+                    run.client
+                )),
+                ..run
+            })
+            .collect();
+        let inserted = insert_run_rows(&mut tx, self.backend, &missed, now_us()).await?;
+        sqlx::query("DELETE FROM light_handouts WHERE reach_us < $1")
+            .bind(overdue_before_us)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql(DOING))?;
+        tx.commit().await.map_err(sql(DOING))?;
+        Ok(missed
+            .into_iter()
+            .filter(|run| inserted.contains(&run.id))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_runs(client: &str, text: &str) -> Result<Vec<RunRecord>, ArchiveError> {
+        let mut document = decode_document(text)?;
+        let handed = std::mem::take(&mut document.runs);
+        handed
+            .into_iter()
+            .map(|run| document.run(client, run))
+            .collect()
+    }
+
+    fn light_run(id: &str, server: &str, start_us: i64) -> RunRecord {
+        RunRecord {
+            id: id.to_string(),
+            task: "latency-mesh".into(),
+            test: "latency".into(),
+            test_name: "rtt".into(),
+            client: "a".into(),
+            server: server.to_string(),
+            target: None,
+            spec: serde_json::json!({"count": 10, "interval": "100ms"}),
+            exclusive: false,
+            reverse: false,
+            priority: 0,
+            claims: vec![
+                Claim {
+                    resource: "agent:a".into(),
+                    mode: ClaimMode::Shared,
+                },
+                Claim {
+                    resource: format!("agent:{server}"),
+                    mode: ClaimMode::Shared,
+                },
+            ],
+            planned_start_us: start_us,
+            planned_end_us: start_us + 1_000_000,
+            actual_start_us: None,
+            actual_end_us: None,
+            state: RunState::Dispatched,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn a_hand_out_decodes_to_the_runs_it_was_made_of() {
+        let mut runs = vec![
+            light_run("latency-mesh/a>b/1", "b", 10),
+            light_run("latency-mesh/a>c/1", "c", 20),
+        ];
+        runs[1].task = "other".into();
+        runs[1].target = Some("198.51.100.7:862".into());
+        runs[1].claims[1].mode = ClaimMode::Exclusive;
+        runs[1].exclusive = true;
+        let text = encode(&runs);
+        assert_eq!(decode_runs("a", &text).unwrap(), runs);
+        // Shared parts are written once: one spec per task, one name per resource.
+        assert_eq!(text.matches("100ms").count(), 2);
+        assert_eq!(text.matches("agent:a").count(), 1);
+    }
+
+    #[test]
+    fn a_hand_out_naming_what_it_does_not_hold_is_an_error() {
+        let text = encode(&[light_run("latency-mesh/a>b/1", "b", 10)]);
+        let broken = text.replace("[[0,\"shared\"]", "[[7,\"shared\"]");
+        assert_ne!(broken, text);
+        let error = decode_runs("a", &broken).unwrap_err().to_string();
+        assert!(error.contains("resource"), "{error}");
+        assert!(decode_runs("a", "{").is_err());
+    }
+}
