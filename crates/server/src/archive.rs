@@ -394,7 +394,8 @@ pub struct Archive {
 }
 
 /// The tables that every run, upload, heartbeat and planning pass rewrites or adds
-/// to: a run's row is written three times (placed, handed out, completed), and
+/// to: a reserved run's row is written three times (placed, handed out, completed), a
+/// light run's hand-out is inserted and deleted, and
 /// index-only scans of `results` need its visibility map kept current.
 const VACUUMED_TABLES: &str = "runs, light_handouts, results, agents, planner_state, leases";
 
@@ -1125,7 +1126,8 @@ impl Archive {
         {
             bump_exclusive_epoch(&mut tx).await?;
         }
-        let inserted = insert_run_rows(&mut tx, self.backend, runs, now_us()).await?;
+        let inserted =
+            insert_run_rows(&mut tx, self.backend, runs, now_us(), OnConflict::Skip).await?;
         tx.commit().await.map_err(sql(doing))?;
         Ok(inserted)
     }
@@ -1482,7 +1484,7 @@ impl Archive {
             .iter()
             .map(|candidate| candidate.completed_run())
             .collect();
-        insert_runs_as(
+        insert_run_rows(
             &mut tx,
             self.backend,
             &handed_out,
@@ -2423,17 +2425,6 @@ async fn bump_counter(
     Ok(())
 }
 
-/// Inserts `runs` as rows, a set per statement, skipping ids already stored; returns
-/// the ids that were new.
-async fn insert_run_rows(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    backend: Backend,
-    runs: &[RunRecord],
-    now: i64,
-) -> Result<HashSet<String>, ArchiveError> {
-    insert_runs_as(tx, backend, runs, now, OnConflict::Skip).await
-}
-
 /// What inserting a run whose id is stored already does.
 #[derive(Clone, Copy)]
 enum OnConflict {
@@ -2444,7 +2435,9 @@ enum OnConflict {
     Complete,
 }
 
-async fn insert_runs_as(
+/// Inserts `runs` as rows, a set per statement; a run whose id is stored already is
+/// left or completed as `on_conflict` says. Returns the ids inserted or completed.
+async fn insert_run_rows(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
     backend: Backend,
     runs: &[RunRecord],

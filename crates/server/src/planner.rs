@@ -723,7 +723,8 @@ async fn reserved_runs_over(
 
 /// Places `client`'s light runs whose nominal start lies in `[from_us, until_us)` and
 /// stores them (and their non-starts) as `run_state`, around the exclusive runs stored
-/// in their way; returns those that were new. A window with none of the client's
+/// in their way; returns those that were new (dispatched: the runs handed out, their
+/// non-starts stored but not returned). A window with none of the client's
 /// occurrences in it stores nothing, not even the mark: most fetches have none, and
 /// need no write.
 async fn place_light_window(
@@ -756,16 +757,11 @@ async fn place_light_window(
     // Handed out at the agent's fetch: one hand-out, not a row per run (see
     // `Archive::hand_out_light_runs`); the non-starts are rows as ever.
     let (runs, non_starts) = plan_records(config, placed, run_state);
-    let (mut handed, inserted) = state
+    let handed = state
         .archive
         .hand_out_light_runs(client, (start_us, until_us), runs, &non_starts, &marks)
         .await?;
     non_start_alerts(state, &non_starts).await?;
-    handed.extend(
-        non_starts
-            .into_iter()
-            .filter(|record| inserted.contains(&record.id)),
-    );
     Ok(handed)
 }
 
@@ -845,18 +841,14 @@ pub async fn place_light_runs(
     if !plan.tasks.is_client(agent) {
         return Ok(Vec::new());
     }
-    let placed = place_light_window(
+    place_light_window(
         state,
         (&plan.config, &plan.tasks),
         agent,
         (start_us, until_us),
         (plan.version as u64, RunState::Dispatched),
     )
-    .await?;
-    Ok(placed
-        .into_iter()
-        .filter(|run| run.state == RunState::Dispatched)
-        .collect())
+    .await
 }
 
 /// How far back the planner records the light runs of an agent that fetched nothing

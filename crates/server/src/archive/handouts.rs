@@ -201,8 +201,7 @@ impl Archive {
     /// `[from_us, until_us)`, as one hand-out, and stores the `non_starts` of that
     /// placement as rows and `marks`, in one transaction. Returns the runs handed out:
     /// none when another fetch handed out this window first, and never a run an
-    /// earlier hand-out holds (after a replan lowered the agent's mark). Also the ids
-    /// of the non-starts that were new.
+    /// earlier hand-out holds (after a replan lowered the agent's mark).
     pub async fn hand_out_light_runs(
         &self,
         client: &str,
@@ -210,7 +209,7 @@ impl Archive {
         runs: Vec<RunRecord>,
         non_starts: &[RunRecord],
         marks: &[(&str, i64)],
-    ) -> Result<(Vec<RunRecord>, HashSet<String>), ArchiveError> {
+    ) -> Result<Vec<RunRecord>, ArchiveError> {
         const DOING: &str = "handing out runs";
         let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
         let earlier = sqlx::query(
@@ -246,15 +245,22 @@ impl Archive {
             if done.rows_affected() == 0 {
                 // Another fetch of this agent handed this window out first; dropping
                 // the transaction rolls it back.
-                return Ok((Vec::new(), HashSet::new()));
+                return Ok(Vec::new());
             }
         }
-        let inserted = insert_run_rows(&mut tx, self.backend, non_starts, now_us()).await?;
+        insert_run_rows(
+            &mut tx,
+            self.backend,
+            non_starts,
+            now_us(),
+            OnConflict::Skip,
+        )
+        .await?;
         for &(name, value) in marks {
             set_mark(&mut tx, name, value).await?;
         }
         tx.commit().await.map_err(sql(DOING))?;
-        Ok((runs, inserted))
+        Ok(runs)
     }
 
     /// The handed-out runs `uploads` name, by id; each upload's agent is its client.
@@ -338,22 +344,27 @@ impl Archive {
         self.without_rows(runs).await
     }
 
+    /// Those of `ids` that have a row in `runs`.
+    async fn stored_run_ids(&self, ids: &[&str]) -> Result<HashSet<String>, ArchiveError> {
+        Ok(self
+            .rows_matching(
+                "SELECT id FROM runs WHERE id IN",
+                ids,
+                "reading handed-out runs",
+            )
+            .await?
+            .iter()
+            .map(|row| row.get("id"))
+            .collect())
+    }
+
     /// `runs` less those that have a row in `runs` (a result, or a missed record).
     async fn without_rows(&self, runs: Vec<RunRecord>) -> Result<Vec<RunRecord>, ArchiveError> {
         if runs.is_empty() {
             return Ok(runs);
         }
         let ids: Vec<&str> = runs.iter().map(|run| run.id.as_str()).collect();
-        let stored: HashSet<String> = self
-            .rows_matching(
-                "SELECT id FROM runs WHERE id IN",
-                &ids,
-                "reading handed-out runs",
-            )
-            .await?
-            .iter()
-            .map(|row| row.get("id"))
-            .collect();
+        let stored = self.stored_run_ids(&ids).await?;
         Ok(runs
             .into_iter()
             .filter(|run| !stored.contains(&run.id))
@@ -383,19 +394,12 @@ impl Archive {
             .fetch_all(&mut *tx)
             .await
             .map_err(sql(DOING))?;
-        let ids: Vec<String> = ids_of_rows(&rows)?.into_iter().collect();
-        let mut stored: HashSet<String> = HashSet::new();
-        for chunk in row_chunks(self.backend, &ids) {
-            let text = format!(
-                "SELECT id FROM runs WHERE id IN ({})",
-                placeholders(self.backend, chunk.len())
-            );
-            let mut query = sqlx::query_scalar(&text);
-            for id in chunk {
-                query = query.bind(id);
-            }
-            stored.extend(query.fetch_all(&mut *tx).await.map_err(sql(DOING))?);
-        }
+        let ids = ids_of_rows(&rows)?;
+        // Read beside the transaction: a result stored after this read has its run's
+        // row by the insert below, which then skips the run and so returns it not missed.
+        let stored = self
+            .stored_run_ids(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+            .await?;
         let missed: Vec<RunRecord> = runs_of_rows(&rows, |id, _, _| !stored.contains(id))?
             .into_iter()
             .map(|run| RunRecord {
@@ -407,7 +411,8 @@ impl Archive {
                 ..run
             })
             .collect();
-        let inserted = insert_run_rows(&mut tx, self.backend, &missed, now_us()).await?;
+        let inserted =
+            insert_run_rows(&mut tx, self.backend, &missed, now_us(), OnConflict::Skip).await?;
         sqlx::query("DELETE FROM light_handouts WHERE reach_us < $1")
             .bind(overdue_before_us)
             .execute(&mut *tx)
