@@ -571,41 +571,73 @@ fn signal_during_up_rolls_back() {
 /// Bazan-Antequera et al.'s window story on an emulated WAN path: a 64 KiB socket buffer over 20 ms of
 /// RTT caps TCP near window / RTT (~26 Mbit/s) although the path carries far more, and
 /// the verdict says `receive_window` with the window / RTT evidence.
+///
+/// The story needs the path the test set up: a transfer during which the machine added more
+/// than [`HELD_PATH_LATENESS_US`] to the packets' delay on average crossed a longer path, and
+/// is run again on a new lab (at most [`HELD_PATH_ATTEMPTS`] times in all).
 #[test]
 fn small_window_over_a_delayed_path_is_limited_by_the_receive_window() {
     require_root();
     let _serial = serial();
-    let lab = LabGuard::up("two-hosts.toml", "w");
-    lab.set("h1-h2", &["delay=10ms"]);
-    let _endpoint = LabEndpoint::start(&lab, "h2", 7862);
-    let result = lab.throughput(
-        "h1",
-        "10.77.0.2",
-        &["--duration", "4s", "--omit", "1s", "--window", "64K"],
+    let mut not_held = Vec::new();
+    for _ in 0..HELD_PATH_ATTEMPTS {
+        let lab = LabGuard::up("two-hosts.toml", "w");
+        lab.set("h1-h2", &["delay=10ms"]);
+        let _endpoint = LabEndpoint::start(&lab, "h2", 7862);
+        let result = lab.throughput(
+            "h1",
+            "10.77.0.2",
+            &["--duration", "4s", "--omit", "1s", "--window", "64K"],
+        );
+        if lab.mean_release_lateness_us() > HELD_PATH_LATENESS_US {
+            let lateness = format!(
+                "{:.0} µs added per packet on average; {}",
+                lab.mean_release_lateness_us(),
+                lab.release_lateness()
+            );
+            eprintln!("the lab did not hold its 20 ms path ({lateness}): running again");
+            not_held.push(lateness);
+            continue;
+        }
+        let evidence = &result["evidence"];
+        assert_eq!(
+            result["limited_by"],
+            "receive_window",
+            "{evidence}; forwarder: {}",
+            lab.release_lateness()
+        );
+        let received_bps = result["summary"]["received_bps"].as_f64().unwrap();
+        let window_rate_bps = evidence["window_rate_bps"].as_f64().expect("window/RTT");
+        let rtt_us = evidence["rtt_us"].as_f64().expect("RTT evidence");
+        assert!(
+            (17_000.0..=26_000.0).contains(&rtt_us),
+            "RTT {rtt_us} µs over a 20 ms path: {evidence}; forwarder: {}",
+            lab.release_lateness()
+        );
+        assert!(
+            (received_bps / window_rate_bps - 1.0).abs() <= 0.3,
+            "received {received_bps} vs window/RTT {window_rate_bps}: {evidence}"
+        );
+        // The emulated path carries over a gigabit (docs/lab.md floor); the window holds
+        // this transfer to a few tens of megabits.
+        assert!(received_bps < 100e6, "received {received_bps}: {evidence}");
+        return;
+    }
+    panic!(
+        "the lab did not hold its 20 ms path in {HELD_PATH_ATTEMPTS} attempts: {}",
+        not_held.join(" | ")
     );
-    let evidence = &result["evidence"];
-    assert_eq!(
-        result["limited_by"],
-        "receive_window",
-        "{evidence}; forwarder: {}",
-        lab.release_lateness()
-    );
-    let received_bps = result["summary"]["received_bps"].as_f64().unwrap();
-    let window_rate_bps = evidence["window_rate_bps"].as_f64().expect("window/RTT");
-    let rtt_us = evidence["rtt_us"].as_f64().expect("RTT evidence");
-    assert!(
-        (17_000.0..=26_000.0).contains(&rtt_us),
-        "RTT {rtt_us} µs over a 20 ms path: {evidence}; forwarder: {}",
-        lab.release_lateness()
-    );
-    assert!(
-        (received_bps / window_rate_bps - 1.0).abs() <= 0.3,
-        "received {received_bps} vs window/RTT {window_rate_bps}: {evidence}"
-    );
-    // The emulated path carries over a gigabit (docs/lab.md floor); the window holds
-    // this transfer to a few tens of megabits.
-    assert!(received_bps < 100e6, "received {received_bps}: {evidence}");
 }
+
+/// The mean delay the machine may add to each packet while a window-limited transfer still
+/// measures the configured 20 ms path: 1 % of its round trip. The transfer carries window /
+/// RTT (94 % of it on an idle machine, which adds 6-11 µs) and the verdict needs 90 %
+/// (`WINDOW_FILLED_SHARE`); added delay takes its share of the round trip off the rate. A
+/// forwarder descheduled for 12 ms in CI left a tenth of the packets late and the transfer
+/// below the verdict's share.
+const HELD_PATH_LATENESS_US: f64 = 200.0;
+/// Labs a timing test brings up before it says the machine cannot hold the path.
+const HELD_PATH_ATTEMPTS: usize = 3;
 
 /// The story of Rufini et al. (Fotonica 2014) on the access-line lab: a 64 KiB window
 /// holds a download to window/RTT far below the line at 150 ms, a 4-minute 720p video then

@@ -98,6 +98,29 @@ impl LabGuard {
             .expect("status JSON")
     }
 
+    /// The mean delay the machine added to the configured one since the lab came up (µs):
+    /// how late the forwarder wrote packets after their release times, over every packet it
+    /// forwarded on every link and direction.
+    pub fn mean_release_lateness_us(&self) -> f64 {
+        let status = self.status_json();
+        let links = status["counters"].as_array().cloned().unwrap_or_default();
+        let (lateness_us, forwarded) = links
+            .iter()
+            .flat_map(|link| ["forward", "reverse"].map(|direction| &link[direction]))
+            .map(|counters| {
+                let count = |field: &str| {
+                    counters[field]
+                        .as_u64()
+                        .unwrap_or_else(|| panic!("lab status without '{field}': {counters}"))
+                };
+                (count("release_lateness_us"), count("forwarded"))
+            })
+            .fold((0, 0), |(l, f), (lateness, forwarded)| {
+                (l + lateness, f + forwarded)
+            });
+        lateness_us as f64 / forwarded.max(1) as f64
+    }
+
     /// The forwarder's own account of frames it wrote late, for failure messages: a timing
     /// failure with none says the path, not the machine, added the delay.
     pub fn release_lateness(&self) -> String {
