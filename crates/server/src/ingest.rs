@@ -7,6 +7,9 @@ use futures_util::future::BoxFuture;
 use vantage_model::control::ResultUpload;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::archive::{Archive, ArchiveError, Ingest, IngestOutcome, RunRecord, StoredResult};
 
@@ -27,14 +30,35 @@ pub trait ResultConsumer: Send + Sync {
     fn consume<'a>(&'a self, result: &'a NewResult<'a>) -> BoxFuture<'a, ()>;
 }
 
+/// Uploads read and stored at once; later ones wait, unread, for one of them to end
+/// (see [`IngestPipeline::admit`]).
+pub const INGEST_SLOTS: usize = 64;
+
 pub struct IngestPipeline {
     archive: Archive,
     consumers: Vec<Box<dyn ResultConsumer>>,
+    slots: Arc<Semaphore>,
 }
 
 impl IngestPipeline {
     pub fn new(archive: Archive, consumers: Vec<Box<dyn ResultConsumer>>) -> IngestPipeline {
-        IngestPipeline { archive, consumers }
+        IngestPipeline {
+            archive,
+            consumers,
+            slots: Arc::new(Semaphore::new(INGEST_SLOTS)),
+        }
+    }
+
+    /// Waits for one of the [`INGEST_SLOTS`], in arrival order, before an upload's body
+    /// is read. A fleet that uploads faster than the archive stores then waits with its
+    /// bodies unread in the connections rather than parsed in the server's memory: a
+    /// thousand agents' uploads of 200 results each, all parsed and queued for the
+    /// writer, took the server past 3 GiB.
+    pub async fn admit(&self) -> OwnedSemaphorePermit {
+        Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .expect("the ingest slots are never closed")
     }
 
     pub fn consumer_names(&self) -> Vec<&'static str> {

@@ -792,14 +792,10 @@ pub async fn place_light_runs(
     let until_us = until_us.saturating_add(stagger_us(agent));
     let archive = &state.archive;
     let placed_mark = format!("{LIGHT_PLACED}{agent}");
-    // Agents ask every second: most often nothing new is due.
-    let marks = || async {
-        Ok::<_, ArchiveError>((
-            archive.planner_mark(LIGHT_UNTIL).await?,
-            archive.planner_mark(&placed_mark).await?,
-        ))
-    };
-    let window = |(light_until_us, from_us): (Option<i64>, Option<i64>)| {
+    // Agents ask every second: most often nothing new is due, which one read of the
+    // marks tells.
+    let marks = || archive.planner_marks_named([LIGHT_UNTIL, placed_mark.as_str(), PLAN_BASIS]);
+    let window = |light_until_us: Option<i64>, from_us: Option<i64>| {
         let until_us = light_until_us?.min(until_us);
         let from_us = from_us.unwrap_or_else(now_us);
         (from_us < until_us).then_some((from_us, until_us))
@@ -811,14 +807,14 @@ pub async fn place_light_runs(
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     };
-    let Some((start_us, until_us)) = window(marks().await?) else {
+    let [light_until_us, placed_us, basis] = marks().await?;
+    let Some((start_us, until_us)) = window(light_until_us, placed_us) else {
         return Ok(Vec::new());
     };
     // Checked against the light tasks in memory first: between an agent's occurrences
     // (a minute, in a mesh every minute) its fetches place nothing, and store nothing
     // either. Only those of the plan's current basis: a replica that does not plan has
     // them from an earlier basis until a fetch works them out again below.
-    let basis = archive.planner_mark(PLAN_BASIS).await?;
     if let Some(plan) = cached_light().filter(|plan| Some(plan.basis) == basis) {
         let span = PlanWindow {
             start: from_us(start_us),
@@ -829,10 +825,9 @@ pub async fn place_light_runs(
         }
     }
     let _planning = state.planning.read().await;
-    let Some((start_us, until_us)) = window(marks().await?) else {
-        return Ok(Vec::new());
-    };
-    let Some(basis) = archive.planner_mark(PLAN_BASIS).await? else {
+    let [light_until_us, placed_us, basis] = marks().await?;
+    let (Some((start_us, until_us)), Some(basis)) = (window(light_until_us, placed_us), basis)
+    else {
         return Ok(Vec::new());
     };
     let Some(plan) = planned_light_plan(state, basis).await? else {

@@ -142,6 +142,23 @@ pub(super) async fn authenticate(
     ))
 }
 
+/// One of the uploads the ingest pipeline reads and stores at once
+/// ([`crate::ingest::IngestPipeline::admit`]): an upload handler takes it before its body,
+/// as the extractor before the body's.
+pub struct IngestSlot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl FromRequestParts<AppState> for IngestSlot {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(_parts: &mut Parts, state: &AppState) -> ApiResult<IngestSlot> {
+        Ok(IngestSlot {
+            _permit: state.ingest.admit().await,
+        })
+    }
+}
+
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 

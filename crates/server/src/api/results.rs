@@ -10,7 +10,8 @@ use serde::Deserialize;
 use vantage_model::control::{BatchAck, BatchItemAck, ResultAck, ResultUpload, Role};
 
 use super::common::{
-    parse_body, parse_query, parse_time, ApiError, ApiResult, AppState, Caller, MAX_BATCH,
+    parse_body, parse_query, parse_time, ApiError, ApiResult, AppState, Caller, IngestSlot,
+    MAX_BATCH,
 };
 use crate::archive::{from_us, now_us, Ingest, IngestRefusal, ResultFilter};
 use crate::exposition;
@@ -27,6 +28,7 @@ fn refusal(error: IngestRefusal) -> ApiError {
 pub(super) async fn upload_result(
     State(state): State<AppState>,
     caller: Caller,
+    _slot: IngestSlot,
     body: Bytes,
 ) -> ApiResult<Json<ResultAck>> {
     // An agent uploads as itself only; admins may upload on an agent's behalf
@@ -49,6 +51,7 @@ pub(super) async fn upload_result(
 pub(super) async fn upload_batch(
     State(state): State<AppState>,
     caller: Caller,
+    _slot: IngestSlot,
     body: Bytes,
 ) -> ApiResult<Json<BatchAck>> {
     caller.require(&[Role::Agent])?;
@@ -88,6 +91,7 @@ pub(super) async fn upload_batch(
 pub(super) async fn import_capture(
     State(state): State<AppState>,
     caller: Caller,
+    _slot: IngestSlot,
     body: Bytes,
 ) -> ApiResult<Json<serde_json::Value>> {
     let import: CaptureImport = parse_body(&body)?;

@@ -12,22 +12,33 @@
 //! run of a hand-out is overdue the planner sweeps it ([`Archive::sweep_handouts`]): the
 //! runs that have no row by then are stored as missed, and the hand-out is deleted.
 
+use std::borrow::Cow;
+
 use super::*;
 
-/// A hand-out's runs as stored in `light_handouts.runs`.
+/// A hand-out's runs as stored in `light_handouts.runs`. Its text fields borrow from
+/// the text it is read from (or, written, from the runs it is made of): an upload's
+/// check reads the hand-outs around it, a thousand runs each, for the few it carries,
+/// and a string copied for every run read was most of what reading them cost.
 #[derive(Serialize, Deserialize)]
-struct Document {
-    tasks: Vec<TaskPart>,
-    resources: Vec<String>,
-    runs: Vec<HandedRun>,
+struct Document<'a> {
+    #[serde(borrow)]
+    tasks: Vec<TaskPart<'a>>,
+    #[serde(borrow)]
+    resources: Vec<Cow<'a, str>>,
+    #[serde(borrow)]
+    runs: Vec<HandedRun<'a>>,
 }
 
 /// What every run of one task shares.
 #[derive(Serialize, Deserialize)]
-struct TaskPart {
-    task: String,
-    test: String,
-    test_name: String,
+struct TaskPart<'a> {
+    #[serde(borrow)]
+    task: Cow<'a, str>,
+    #[serde(borrow)]
+    test: Cow<'a, str>,
+    #[serde(borrow)]
+    test_name: Cow<'a, str>,
     spec: serde_json::Value,
     priority: i64,
     reverse: bool,
@@ -36,10 +47,10 @@ struct TaskPart {
 /// One run, as a JSON array: its task (an index into `tasks`), id, server, external
 /// target, claims (an index into `resources` and the mode), planned start and end.
 #[derive(Serialize, Deserialize)]
-struct HandedRun(
+struct HandedRun<'a>(
     usize,
-    String,
-    String,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
     Option<String>,
     Vec<(usize, ClaimMode)>,
     i64,
@@ -53,7 +64,7 @@ const LOOKUP_MARGIN_US: i64 = 60_000_000;
 
 fn encode(runs: &[RunRecord]) -> String {
     let mut tasks: Vec<TaskPart> = Vec::new();
-    let mut resources: Vec<String> = Vec::new();
+    let mut resources: Vec<Cow<str>> = Vec::new();
     let mut resource_index: HashMap<&str, usize> = HashMap::new();
     let mut handed = Vec::with_capacity(runs.len());
     for run in runs {
@@ -68,9 +79,9 @@ fn encode(runs: &[RunRecord]) -> String {
             Some(index) => index,
             None => {
                 tasks.push(TaskPart {
-                    task: run.task.clone(),
-                    test: run.test.clone(),
-                    test_name: run.test_name.clone(),
+                    task: Cow::Borrowed(&run.task),
+                    test: Cow::Borrowed(&run.test),
+                    test_name: Cow::Borrowed(&run.test_name),
                     spec: run.spec.clone(),
                     priority: run.priority,
                     reverse: run.reverse,
@@ -85,7 +96,7 @@ fn encode(runs: &[RunRecord]) -> String {
                 let index = *resource_index
                     .entry(claim.resource.as_str())
                     .or_insert_with(|| {
-                        resources.push(claim.resource.clone());
+                        resources.push(Cow::Borrowed(&claim.resource));
                         resources.len() - 1
                     });
                 (index, claim.mode)
@@ -93,8 +104,8 @@ fn encode(runs: &[RunRecord]) -> String {
             .collect();
         handed.push(HandedRun(
             task,
-            run.id.clone(),
-            run.server.clone(),
+            Cow::Borrowed(&run.id),
+            Cow::Borrowed(&run.server),
             run.target.clone(),
             claims,
             run.planned_start_us,
@@ -108,16 +119,16 @@ fn encode(runs: &[RunRecord]) -> String {
     })
 }
 
-fn decode_document(text: &str) -> Result<Document, ArchiveError> {
+fn decode_document(text: &str) -> Result<Document<'_>, ArchiveError> {
     serde_json::from_str(text).map_err(|source| ArchiveError::Json {
         what: "light hand-out",
         source,
     })
 }
 
-impl Document {
+impl Document<'_> {
     /// Its run `run` of `client`, as handed out (dispatched).
-    fn run(&self, client: &str, run: HandedRun) -> Result<RunRecord, ArchiveError> {
+    fn run(&self, client: &str, run: &HandedRun) -> Result<RunRecord, ArchiveError> {
         let corrupt = |what: &str| ArchiveError::CorruptHandOut {
             client: client.to_string(),
             what: what.to_string(),
@@ -125,17 +136,17 @@ impl Document {
         let HandedRun(task, id, server, target, claims, start_us, end_us) = run;
         let part = self
             .tasks
-            .get(task)
+            .get(*task)
             .ok_or_else(|| corrupt("a run names a task it does not hold"))?;
         let claims = claims
-            .into_iter()
-            .map(|(resource, mode)| {
+            .iter()
+            .map(|&(resource, mode)| {
                 Ok(Claim {
                     resource: self
                         .resources
                         .get(resource)
                         .ok_or_else(|| corrupt("a claim names a resource it does not hold"))?
-                        .clone(),
+                        .to_string(),
                     mode,
                 })
             })
@@ -144,25 +155,32 @@ impl Document {
             exclusive: claims
                 .iter()
                 .any(|claim| claim.mode == ClaimMode::Exclusive),
-            id,
-            task: part.task.clone(),
-            test: part.test.clone(),
-            test_name: part.test_name.clone(),
+            id: id.to_string(),
+            task: part.task.to_string(),
+            test: part.test.to_string(),
+            test_name: part.test_name.to_string(),
             client: client.to_string(),
-            server,
-            target,
+            server: server.to_string(),
+            target: target.clone(),
             spec: part.spec.clone(),
             reverse: part.reverse,
             priority: part.priority,
             claims,
-            planned_start_us: start_us,
-            planned_end_us: end_us,
+            planned_start_us: *start_us,
+            planned_end_us: *end_us,
             actual_start_us: None,
             actual_end_us: None,
             state: RunState::Dispatched,
             reason: None,
         })
     }
+}
+
+/// The `runs` text of hand-out rows.
+fn texts_of_rows(rows: &[AnyRow]) -> Vec<(String, String)> {
+    rows.iter()
+        .map(|row| (row.get("client"), row.get("runs")))
+        .collect()
 }
 
 /// The runs of hand-out rows read as `client, runs` that `keep` keeps, judged on the
@@ -173,11 +191,9 @@ fn runs_of_rows(
     keep: impl Fn(&str, i64, i64) -> bool,
 ) -> Result<Vec<RunRecord>, ArchiveError> {
     let mut runs = Vec::new();
-    for row in rows {
-        let client: String = row.get("client");
-        let mut document = decode_document(&row.get::<String, _>("runs"))?;
-        let handed = std::mem::take(&mut document.runs);
-        for run in handed {
+    for (client, text) in texts_of_rows(rows) {
+        let document = decode_document(&text)?;
+        for run in &document.runs {
             if keep(&run.1, run.5, run.6) {
                 runs.push(document.run(&client, run)?);
             }
@@ -189,9 +205,9 @@ fn runs_of_rows(
 /// The ids of the runs of hand-out rows read as `runs`.
 fn ids_of_rows(rows: &[AnyRow]) -> Result<HashSet<String>, ArchiveError> {
     let mut ids = HashSet::new();
-    for row in rows {
-        let document = decode_document(&row.get::<String, _>("runs"))?;
-        ids.extend(document.runs.into_iter().map(|run| run.1));
+    for (_, text) in texts_of_rows(rows) {
+        let document = decode_document(&text)?;
+        ids.extend(document.runs.into_iter().map(|run| run.1.into_owned()));
     }
     Ok(ids)
 }
@@ -431,10 +447,10 @@ mod tests {
     use super::*;
 
     fn decode_runs(client: &str, text: &str) -> Result<Vec<RunRecord>, ArchiveError> {
-        let mut document = decode_document(text)?;
-        let handed = std::mem::take(&mut document.runs);
-        handed
-            .into_iter()
+        let document = decode_document(text)?;
+        document
+            .runs
+            .iter()
             .map(|run| document.run(client, run))
             .collect()
     }
@@ -486,6 +502,12 @@ mod tests {
         // Shared parts are written once: one spec per task, one name per resource.
         assert_eq!(text.matches("100ms").count(), 2);
         assert_eq!(text.matches("agent:a").count(), 1);
+        // Read without copying a run's names out of the text.
+        let document = decode_document(&text).unwrap();
+        assert!(document
+            .runs
+            .iter()
+            .all(|run| matches!((&run.1, &run.2), (Cow::Borrowed(_), Cow::Borrowed(_)))));
     }
 
     #[test]

@@ -129,3 +129,35 @@ async fn restarts_without_an_admin_token_replace_the_generated_one() {
         server.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn an_upload_beyond_the_ingest_slots_waits_until_one_is_free() {
+    let (server, _db) = start_with(HttpLimits::default()).await;
+    let mut held = Vec::new();
+    for _ in 0..vantage_server::ingest::INGEST_SLOTS {
+        held.push(server.state.ingest.admit().await);
+    }
+    let http = reqwest::Client::new();
+    let upload = http
+        .post(format!("{}/api/v1/results/batch", server.url()))
+        .bearer_auth(&server.admin_token)
+        .header("content-type", "application/json")
+        .body("[{\"run_id\": ")
+        .send();
+    let mut upload = tokio::spawn(upload);
+    // Every slot is held: the upload is not read, so not even its broken body answered.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), &mut upload)
+            .await
+            .is_err(),
+        "an upload was answered while every ingest slot was held"
+    );
+    held.pop();
+    let answer = tokio::time::timeout(Duration::from_secs(30), upload)
+        .await
+        .expect("the upload is answered once a slot is free")
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status(), 400);
+    server.shutdown().await.unwrap();
+}
