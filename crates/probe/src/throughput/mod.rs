@@ -71,7 +71,7 @@ impl SocketOptions {
             })?;
         }
         if !tcp {
-            return Ok(());
+            return report_send_drops(fd, peer.is_ipv4());
         }
         if let Some(algorithm) = &self.congestion {
             sock.set_tcp_congestion(algorithm.as_bytes()).map_err(|e| {
@@ -92,25 +92,55 @@ impl SocketOptions {
     }
 }
 
+/// Makes a datagram the sending host itself drops (its egress queue or the veth ring to the
+/// next hop full) fail its send with ENOBUFS: without IP_RECVERR the kernel only counts it in
+/// `Udp: SndbufErrors` and reports it sent, so a sender without CPU to spare reported as
+/// path loss what never left it (a loaded 2-core lab: 56 616 of 94 110 datagrams, and a
+/// capacity of 354 Mbit/s on a 1 Gbit/s line). The send loop retries such datagrams.
+fn report_send_drops(fd: i32, ipv4: bool) -> io::Result<()> {
+    let (level, name) = if ipv4 {
+        (libc::SOL_IP, libc::IP_RECVERR)
+    } else {
+        (libc::SOL_IPV6, libc::IPV6_RECVERR)
+    };
+    set_option(fd, level, name, &(1 as libc::c_int)).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot ask for send errors (IP_RECVERR): {e}"),
+        )
+    })
+}
+
 /// SO_MAX_PACING_RATE takes bytes per second.
 pub fn set_max_pacing_rate(fd: i32, rate_bps: u64) -> io::Result<()> {
     let bytes_per_s: u64 = (rate_bps / 8).max(1);
-    // SAFETY: passes a u64 we own; the kernel copies it.
+    set_option(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &bytes_per_s).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot set pacing rate {rate_bps} bit/s: {e}"),
+        )
+    })
+}
+
+/// setsockopt with a plain value.
+fn set_option<T: Copy>(
+    fd: i32,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: passes a value we own, of its own size; the kernel copies it.
     let rc = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            &bytes_per_s as *const u64 as *const libc::c_void,
-            std::mem::size_of::<u64>() as libc::socklen_t,
+            level,
+            name,
+            value as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc != 0 {
-        let err = io::Error::last_os_error();
-        return Err(io::Error::new(
-            err.kind(),
-            format!("cannot set pacing rate {rate_bps} bit/s: {err}"),
-        ));
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
