@@ -103,7 +103,7 @@ fn report_send_drops(fd: i32, ipv4: bool) -> io::Result<()> {
     } else {
         (libc::SOL_IPV6, libc::IPV6_RECVERR)
     };
-    set_option(fd, level, name, &(1 as libc::c_int)).map_err(|e| {
+    crate::timestamp::set_int_option(fd, level, name, 1).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("cannot ask for send errors (IP_RECVERR): {e}"),
@@ -114,33 +114,22 @@ fn report_send_drops(fd: i32, ipv4: bool) -> io::Result<()> {
 /// SO_MAX_PACING_RATE takes bytes per second.
 pub fn set_max_pacing_rate(fd: i32, rate_bps: u64) -> io::Result<()> {
     let bytes_per_s: u64 = (rate_bps / 8).max(1);
-    set_option(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &bytes_per_s).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("cannot set pacing rate {rate_bps} bit/s: {e}"),
-        )
-    })
-}
-
-/// setsockopt with a plain value.
-fn set_option<T: Copy>(
-    fd: i32,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &T,
-) -> io::Result<()> {
-    // SAFETY: passes a value we own, of its own size; the kernel copies it.
+    // SAFETY: passes a u64 we own; the kernel copies it.
     let rc = unsafe {
         libc::setsockopt(
             fd,
-            level,
-            name,
-            value as *const T as *const libc::c_void,
-            std::mem::size_of::<T>() as libc::socklen_t,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            &bytes_per_s as *const u64 as *const libc::c_void,
+            std::mem::size_of::<u64>() as libc::socklen_t,
         )
     };
     if rc != 0 {
-        return Err(io::Error::last_os_error());
+        let err = io::Error::last_os_error();
+        return Err(io::Error::new(
+            err.kind(),
+            format!("cannot set pacing rate {rate_bps} bit/s: {err}"),
+        ));
     }
     Ok(())
 }
