@@ -1144,32 +1144,34 @@ impl Archive {
         Ok(inserted)
     }
 
+    /// Each agent's earliest planned start among its runs not handed out yet
+    /// (`scheduled`), for the agents that have one: a seek per agent in
+    /// `runs_client_state`, in one statement (see [`crate::poll_hints`]).
+    pub async fn earliest_waiting_starts(&self) -> Result<HashMap<String, i64>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT name, (SELECT MIN(planned_start_us) FROM runs \
+             WHERE client = agents.name AND state = 'scheduled') AS start_us FROM agents",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("reading assigned runs"))?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| Some((row.get("name"), row.get::<Option<i64>, _>("start_us")?)))
+            .collect())
+    }
+
     /// Runs for client `agent` starting before `until_us` that it has not fetched yet
     /// (plus, with `include_dispatched`, those it fetched before and that have not
     /// ended, however far ahead: an agent that restarted, or whose answer was lost,
-    /// asks for them again). Returned runs are marked dispatched.
+    /// asks for them again). Returned runs are marked dispatched. A write: agents'
+    /// polls ask only when [`Archive::earliest_waiting_starts`] says a run may wait.
     pub async fn take_runs_for(
         &self,
         agent: &str,
         until_us: i64,
         include_dispatched: bool,
     ) -> Result<Vec<RunRecord>, ArchiveError> {
-        // Agents long-poll, asking again every second: most asks find nothing new, and
-        // finding that out takes a read, not the single writer.
-        if !include_dispatched {
-            let waiting = sqlx::query(
-                "SELECT 1 FROM runs WHERE client = $1 AND state = 'scheduled' \
-                 AND planned_start_us < $2 LIMIT 1",
-            )
-            .bind(agent)
-            .bind(until_us)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(sql("reading assigned runs"))?;
-            if waiting.is_none() {
-                return Ok(Vec::new());
-            }
-        }
         // One statement both claims and reads the runs. A replan discarding the forecast
         // meanwhile either finds them dispatched (and keeps them) or deleted them first
         // (and they are not handed out); reading, then marking, could hand out a run the

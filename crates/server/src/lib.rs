@@ -22,6 +22,7 @@ pub mod notices;
 pub mod openapi;
 pub mod path_changes;
 pub mod planner;
+pub mod poll_hints;
 pub mod recent;
 pub mod replicas;
 pub mod service;

@@ -27,6 +27,7 @@ use crate::archive::{
 };
 use crate::config_store;
 use crate::events::Alert;
+use crate::poll_hints::Freshness;
 use crate::state::{LightPlan, ReservedRuns, ServerState};
 
 #[derive(Debug, Clone)]
@@ -120,7 +121,7 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
         plan_window(state, options, config.as_ref(), &agents, Lock::Shared).await?
     };
     if stored > 0 {
-        state.runs_stored.notify_waiters();
+        state.runs_were_stored();
     }
     if let Some(retention) = options.retention {
         let report = archive
@@ -761,6 +762,7 @@ async fn place_light_window(
         .archive
         .hand_out_light_runs(client, (start_us, until_us), runs, &non_starts, &marks)
         .await?;
+    state.poll_hints.mark_set(&placed_mark, until_us);
     non_start_alerts(state, &non_starts).await?;
     Ok(handed)
 }
@@ -783,18 +785,18 @@ fn stagger_us(agent: &str) -> i64 {
 /// as one hand-out (one row for the fetch, not a row per run; each run gets its row with
 /// its result) and returned. Called when the agent fetches its runs. Nothing is placed
 /// while the planner has not yet planned the current configuration and agent set (it
-/// replans on its next tick).
+/// replans on its next tick). With [`Freshness::Hinted`] whether anything is due is
+/// first judged from the fleet's poll hints.
 pub async fn place_light_runs(
     state: &ServerState,
     agent: &str,
     until_us: i64,
+    freshness: Freshness,
 ) -> Result<Vec<RunRecord>, ArchiveError> {
     let until_us = until_us.saturating_add(stagger_us(agent));
     let archive = &state.archive;
     let placed_mark = format!("{LIGHT_PLACED}{agent}");
-    // Agents ask every second: most often nothing new is due, which one read of the
-    // marks tells.
-    let marks = || archive.planner_marks_named([LIGHT_UNTIL, placed_mark.as_str(), PLAN_BASIS]);
+    let names = [LIGHT_UNTIL, placed_mark.as_str(), PLAN_BASIS];
     let window = |light_until_us: Option<i64>, from_us: Option<i64>| {
         let until_us = light_until_us?.min(until_us);
         let from_us = from_us.unwrap_or_else(now_us);
@@ -807,7 +809,11 @@ pub async fn place_light_runs(
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     };
-    let [light_until_us, placed_us, basis] = marks().await?;
+    // Agents ask every second: most often nothing new is due, which the fleet's hints
+    // of the marks tell without a read (a hint that is behind only sends the fetch on
+    // to read them below).
+    let [light_until_us, placed_us, basis] =
+        state.poll_hints.marks(archive, names, freshness).await?;
     let Some((start_us, until_us)) = window(light_until_us, placed_us) else {
         return Ok(Vec::new());
     };
@@ -825,7 +831,7 @@ pub async fn place_light_runs(
         }
     }
     let _planning = state.planning.read().await;
-    let [light_until_us, placed_us, basis] = marks().await?;
+    let [light_until_us, placed_us, basis] = archive.planner_marks_named(names).await?;
     let (Some((start_us, until_us)), Some(basis)) = (window(light_until_us, placed_us), basis)
     else {
         return Ok(Vec::new());

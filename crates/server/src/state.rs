@@ -20,6 +20,7 @@ use crate::health::HealthMarkers;
 use crate::ingest::{IngestPipeline, ResultConsumer};
 use crate::interface_counters::InterfaceCounters;
 use crate::path_changes::PathChanges;
+use crate::poll_hints::PollHints;
 use crate::recent::Recent;
 use crate::sla::SlaVerdicts;
 use crate::supervisor::TaskHealth;
@@ -36,8 +37,11 @@ pub struct ServerState {
     pub events: Arc<EventBus>,
     /// Stores uploads and hands new results to the consumers.
     pub ingest: IngestPipeline,
-    /// Woken when new runs are stored, so long-polling agents answer at once.
+    /// Woken when new runs are stored, so long-polling agents answer at once (see
+    /// [`ServerState::runs_were_stored`]).
     pub runs_stored: Notify,
+    /// What agents' long polls look at every second, read for the whole fleet at once.
+    pub poll_hints: PollHints,
     /// Woken when an on-demand request is submitted, so the planner places it at once
     /// rather than on its next tick (a diagnosis places one run after another).
     pub request_submitted: Notify,
@@ -136,6 +140,7 @@ impl ServerState {
             recent: Recent::default(),
             events,
             runs_stored: Notify::new(),
+            poll_hints: PollHints::default(),
             request_submitted: Notify::new(),
             token_cache: RwLock::new(HashMap::new()),
             stopping: tokio::sync::watch::channel(false).0,
@@ -225,6 +230,13 @@ impl ServerState {
     pub async fn refresh_agent_tags(&self) -> Result<(), ArchiveError> {
         self.events.set_agents(&self.archive.agents().await?);
         Ok(())
+    }
+
+    /// Runs were stored here: long-polling agents look again at once, past hints that
+    /// were read before.
+    pub fn runs_were_stored(&self) {
+        self.poll_hints.runs_stored();
+        self.runs_stored.notify_waiters();
     }
 
     /// Publishes an event; having no subscriber is fine.

@@ -16,6 +16,7 @@ use super::common::{
 };
 use crate::archive::now_us;
 use crate::dispatch::assign;
+use crate::poll_hints::Freshness;
 
 pub(super) async fn list_agents(
     State(state): State<AppState>,
@@ -126,14 +127,30 @@ pub(super) async fn assigned_runs(
     let deadline =
         tokio::time::Instant::now() + Duration::from_secs(query.wait_s.min(MAX_LONG_POLL_S));
     let mut stopping = state.stopping.subscribe();
+    // Most long polls find nothing waiting, which the fleet's hints tell without a read.
+    let freshness = if query.wait_s == 0 || query.include_dispatched {
+        Freshness::Exact
+    } else {
+        Freshness::Hinted
+    };
     loop {
         let horizon_us =
             now_us() + i64::try_from(query.horizon_s.min(3600)).unwrap_or(60) * 1_000_000;
-        let mut runs = state
-            .archive
-            .take_runs_for(&name, horizon_us, query.include_dispatched)
-            .await?;
-        runs.extend(crate::planner::place_light_runs(&state, &name, horizon_us).await?);
+        let mut runs = if state
+            .poll_hints
+            .may_have_waiting(&state.archive, &name, horizon_us, freshness)
+            .await?
+        {
+            let claimed = state
+                .archive
+                .take_runs_for(&name, horizon_us, query.include_dispatched)
+                .await?;
+            state.poll_hints.waiting_claimed(&name);
+            claimed
+        } else {
+            Vec::new()
+        };
+        runs.extend(crate::planner::place_light_runs(&state, &name, horizon_us, freshness).await?);
         if !runs.is_empty() || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
             let agents = state.registrations().await?;
             let keyring = state.keyring().await?;

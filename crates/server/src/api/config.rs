@@ -39,7 +39,7 @@ pub(super) async fn put_config(
             config_store::ApplyError::Archive(error) => error.into(),
             invalid => ApiError::bad_request(invalid.to_string()),
         })?;
-    state.runs_stored.notify_waiters();
+    state.runs_were_stored();
     Ok(Json(serde_json::json!({ "version": version })))
 }
 
