@@ -6,7 +6,21 @@ use crate::events::{Alert, Event, EventBus};
 
 /// Stores `alert`, then publishes it.
 pub async fn raise(archive: &Archive, events: &EventBus, alert: Alert) -> Result<(), ArchiveError> {
-    archive.add_alert(&alert).await?;
-    events.publish(Event::Alert(alert));
+    raise_all(archive, events, vec![alert]).await
+}
+
+/// Stores `alerts` in one transaction, then publishes each.
+pub async fn raise_all(
+    archive: &Archive,
+    events: &EventBus,
+    alerts: Vec<Alert>,
+) -> Result<(), ArchiveError> {
+    if alerts.is_empty() {
+        return Ok(());
+    }
+    archive.add_alerts(&alerts).await?;
+    for alert in alerts {
+        events.publish(Event::Alert(alert));
+    }
     Ok(())
 }

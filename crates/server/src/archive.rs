@@ -6,7 +6,7 @@
 //! since the Unix epoch (`*_us` columns) and JSON documents as text; that keeps
 //! the schema identical and lets ranges use plain integer indexes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ pub enum ArchiveError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("the stored ticket key is unusable: {0}")]
     TicketKey(#[from] vantage_model::ticket::TicketError),
-    #[error("the archive's result writer stopped")]
+    #[error("the archive's writer stopped")]
     WriterStopped,
     #[error("ingesting results: {written} of {expected} rows written to {table}, the others conflicted with stored rows")]
     IngestConflict {
@@ -57,6 +57,7 @@ pub enum ArchiveError {
 }
 
 mod handouts;
+mod seen;
 
 fn sql(context: &'static str) -> impl FnOnce(sqlx::Error) -> ArchiveError {
     move |source| ArchiveError::Sql { context, source }
@@ -388,6 +389,9 @@ pub struct Archive {
     /// Where result batches queue to be stored together (see [`group_commits`]); None
     /// only in the writers' own handles.
     group_commit: Option<mpsc::Sender<IngestJob>>,
+    /// Where agents seen queue to be recorded together (see [`seen::record_seen`]);
+    /// None only in the writers' own handles.
+    seen: Option<mpsc::Sender<seen::Seen>>,
     /// On a PostgreSQL whose autovacuum is off, when this archive last vacuumed the
     /// tables every run rewrites (see [`Archive::vacuum_when_autovacuum_is_off`]).
     self_vacuum: Option<Arc<tokio::sync::Mutex<Option<std::time::Instant>>>>,
@@ -612,15 +616,19 @@ impl Archive {
             writer,
             replicas,
             group_commit: None,
+            seen: None,
             self_vacuum,
         };
+        // The writers' handles have no senders, so they end with the last of the others.
         let (sender, jobs) = mpsc::channel(GROUP_COMMIT_QUEUE);
         let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
         for _ in 0..group_commit_writers(backend) {
-            // The writers' handles have no sender, so they end with the last of the others.
             tokio::spawn(group_commits(archive.clone(), jobs.clone()));
         }
+        let (seen_sender, seen_jobs) = mpsc::channel(seen::SEEN_QUEUE);
+        tokio::spawn(seen::record_seen(archive.clone(), seen_jobs));
         archive.group_commit = Some(sender);
+        archive.seen = Some(seen_sender);
         Ok(archive)
     }
 
@@ -966,17 +974,7 @@ impl Archive {
         Ok(())
     }
 
-    /// Records a heartbeat; false when the agent is not registered.
-    pub async fn touch_agent(&self, name: &str) -> Result<bool, ArchiveError> {
-        let done = sqlx::query("UPDATE agents SET last_seen_us = $1 WHERE name = $2")
-            .bind(now_us())
-            .bind(name)
-            .execute(&self.writer)
-            .await
-            .map_err(sql("recording a heartbeat"))?;
-        Ok(done.rows_affected() > 0)
-    }
-
+    /// The registered agents, by name.
     pub async fn agents(&self) -> Result<Vec<AgentRecord>, ArchiveError> {
         let rows = sqlx::query(&format!("SELECT {AGENT_COLUMNS} FROM agents ORDER BY name"))
             .fetch_all(&self.pool)
@@ -2099,25 +2097,37 @@ impl Archive {
             .collect()
     }
 
-    /// Stores an alert; returns its id.
-    pub async fn add_alert(&self, alert: &crate::events::Alert) -> Result<String, ArchiveError> {
-        let id = crate::new_token()[..24].to_string();
-        let document = serde_json::to_string(alert).map_err(|source| ArchiveError::Json {
-            what: "alert",
-            source,
-        })?;
-        sqlx::query(
-            "INSERT INTO alerts (id, time_us, severity, agents, document) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(&id)
-        .bind(to_us(alert.time))
-        .bind(&alert.severity)
-        .bind(format!(",{},", alert.agents.join(",")))
-        .bind(document)
-        .execute(&self.writer)
-        .await
-        .map_err(sql("storing an alert"))?;
-        Ok(id)
+    /// Stores `alerts` in one transaction, a statement per [`chunk_rows`] of them.
+    pub async fn add_alerts(&self, alerts: &[crate::events::Alert]) -> Result<(), ArchiveError> {
+        const DOING: &str = "storing alerts";
+        let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
+        for chunk in row_chunks(self.backend, alerts) {
+            let mut text = String::from(
+                "INSERT INTO alerts (id, time_us, severity, agents, document) VALUES ",
+            );
+            for n in 0..chunk.len() {
+                text.push_str(if n == 0 { "(" } else { ", (" });
+                push_placeholders(&mut text, self.backend, 5 * n + 1, 5);
+                text.push(')');
+            }
+            let mut query = sqlx::query(&text);
+            for alert in chunk {
+                let document =
+                    serde_json::to_string(alert).map_err(|source| ArchiveError::Json {
+                        what: "alert",
+                        source,
+                    })?;
+                query = query
+                    .bind(crate::new_token()[..24].to_string())
+                    .bind(to_us(alert.time))
+                    .bind(alert.severity.clone())
+                    .bind(format!(",{},", alert.agents.join(",")))
+                    .bind(document);
+            }
+            query.execute(&mut *tx).await.map_err(sql(DOING))?;
+        }
+        tx.commit().await.map_err(sql(DOING))?;
+        Ok(())
     }
 
     /// Alerts matching `filter`, newest first.

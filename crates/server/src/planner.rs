@@ -102,27 +102,47 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
     {
         return Ok(false);
     }
+    // Each phase's time, logged with the pass at debug level: what a slow pass waited for.
+    let began = std::time::Instant::now();
+    let since = |at: std::time::Instant| at.elapsed().as_micros() as u64;
     state.refresh_agent_tags().await?;
     let overdue_before_us = now_us() - micros(options.miss_grace);
     let mut missed = archive.mark_missed(overdue_before_us).await?;
+    let marked_missed_us = since(began);
     missed.extend(archive.sweep_handouts(overdue_before_us).await?);
+    let swept_us = since(began);
     missed_alerts(state, missed).await?;
+    let alerted_us = since(began);
     let config = config_store::current(&state.archive).await?;
     let agents = registered_agents(archive).await?;
+    let read_us = since(began);
+    let locked_us;
     // Most passes store no run that light placements must see (a campaign's occurrence
     // is hourly): those hold the scheduler's lock for reading, beside the agents'
     // fetches placing their light runs, rather than waiting for them all.
     let stored = if needs_exclusive_pass(state, options, config.as_ref(), &agents).await? {
         let _planning = state.planning.write().await;
+        locked_us = since(began);
         plan_window(state, options, config.as_ref(), &agents, Lock::Exclusive).await?
             + place_requests(state, options, config.as_ref(), &agents).await?
     } else {
         let _planning = state.planning.read().await;
+        locked_us = since(began);
         plan_window(state, options, config.as_ref(), &agents, Lock::Shared).await?
     };
     if stored > 0 {
         state.runs_were_stored();
     }
+    tracing::debug!(
+        marked_missed_us,
+        swept_us,
+        alerted_us,
+        read_us,
+        locked_us,
+        planned_us = since(began),
+        stored,
+        "planning pass phases (each the time since the pass began)"
+    );
     if let Some(retention) = options.retention {
         let report = archive
             .apply_retention(now_us() - micros(retention))
@@ -290,17 +310,8 @@ fn non_start_record(non_start: NonStart, test_type: &str) -> RunRecord {
     }
 }
 
-async fn non_start_alert(state: &ServerState, record: &RunRecord) -> Result<(), ArchiveError> {
-    run_alert(state, record, &record.test_name, "will not start").await
-}
-
 /// A warning that `run` (of test `test`) missed or will not start, with its reason.
-async fn run_alert(
-    state: &ServerState,
-    run: &RunRecord,
-    test: &str,
-    what: &str,
-) -> Result<(), ArchiveError> {
+fn run_warning(run: &RunRecord, test: &str, what: &str) -> Alert {
     let message = format!(
         "run {} ({test} {} -> {}) {what}: {}",
         run.id,
@@ -308,12 +319,14 @@ async fn run_alert(
         run.server,
         run.reason.as_deref().unwrap_or_default()
     );
-    raise_warning(state, message, vec![run.client.clone(), run.server.clone()]).await
+    warning(message, vec![run.client.clone(), run.server.clone()])
 }
 
 /// Warns of the runs a pass recorded as missed: each run of an agent that missed one,
 /// and for an agent that missed several (a dense mesh misses a thousand a minute when
-/// an agent goes away) one warning with how many and the first few.
+/// an agent goes away) one warning with how many and the first few. Stored as one set:
+/// a fleet behind its uploads misses runs of every agent in one pass, and a warning each
+/// through the archive's writer, in turn with the fleet's uploads, held a pass 40 s.
 async fn missed_alerts(state: &ServerState, missed: Vec<RunRecord>) -> Result<(), ArchiveError> {
     const NAMED: usize = 3;
     let mut by_agent: std::collections::BTreeMap<(String, Option<String>), Vec<RunRecord>> =
@@ -324,9 +337,10 @@ async fn missed_alerts(state: &ServerState, missed: Vec<RunRecord>) -> Result<()
             .or_default()
             .push(run);
     }
+    let mut alerts = Vec::with_capacity(by_agent.len());
     for ((client, reason), runs) in by_agent {
         if let [run] = runs.as_slice() {
-            run_alert(state, run, &run.test, "missed").await?;
+            alerts.push(run_warning(run, &run.test, "missed"));
             continue;
         }
         let named: Vec<&str> = runs.iter().take(NAMED).map(|run| run.id.as_str()).collect();
@@ -342,25 +356,20 @@ async fn missed_alerts(state: &ServerState, missed: Vec<RunRecord>) -> Result<()
             },
             reason.unwrap_or_default()
         );
-        raise_warning(state, message, vec![client]).await?;
+        alerts.push(warning(message, vec![client]));
     }
-    Ok(())
+    crate::alerts::raise_all(&state.archive, &state.events, alerts).await
 }
 
-/// Raises a planner's warning about `agents` (none when it is about a task).
-async fn raise_warning(
-    state: &ServerState,
-    message: String,
-    agents: Vec<String>,
-) -> Result<(), ArchiveError> {
-    let alert = Alert {
+/// A planner's warning about `agents` (none when it is about a task).
+fn warning(message: String, agents: Vec<String>) -> Alert {
+    Alert {
         severity: "warning".into(),
         message,
         agents,
         tags: Default::default(),
         time: Utc::now(),
-    };
-    crate::alerts::raise(&state.archive, &state.events, alert).await
+    }
 }
 
 /// Says once per configuration and agent set (not every occurrence) that a task's
@@ -377,7 +386,7 @@ async fn overload_alert(
     }
     let message = overload.describe(task);
     tracing::warn!("{message}");
-    raise_warning(state, message, Vec::new()).await?;
+    crate::alerts::raise(&state.archive, &state.events, warning(message, Vec::new())).await?;
     state.archive.set_planner_mark(&mark, basis).await
 }
 
@@ -581,10 +590,11 @@ async fn non_start_alerts(
     state: &ServerState,
     non_starts: &[RunRecord],
 ) -> Result<(), ArchiveError> {
-    for record in non_starts {
-        non_start_alert(state, record).await?;
-    }
-    Ok(())
+    let alerts = non_starts
+        .iter()
+        .map(|record| run_warning(record, &record.test_name, "will not start"))
+        .collect();
+    crate::alerts::raise_all(&state.archive, &state.events, alerts).await
 }
 
 /// A plan's runs, as `run_state`, and its non-starts, as records.
@@ -1048,7 +1058,7 @@ async fn place_requests(
                                 .await?
                             {
                                 let cancelled = non_start_record(displaced, "unknown");
-                                non_start_alert(state, &cancelled).await?;
+                                non_start_alerts(state, std::slice::from_ref(&cancelled)).await?;
                             }
                         }
                         planned_record(placement.run)
@@ -1070,7 +1080,7 @@ async fn place_requests(
             ),
         };
         if record.state == RunState::NonStart {
-            non_start_alert(state, &record).await?;
+            non_start_alerts(state, std::slice::from_ref(&record)).await?;
         }
         stored += archive.insert_runs(std::slice::from_ref(&record)).await?;
         archive.close_request(&id).await?;

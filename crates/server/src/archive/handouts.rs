@@ -59,8 +59,11 @@ struct HandedRun<'a>(
 
 /// Margin around an upload's measured times within which its run's hand-out is looked
 /// for first: an agent starts a run at its planned start, give or take its start
-/// tolerance and its clock.
-const LOOKUP_MARGIN_US: i64 = 60_000_000;
+/// tolerance (0.5 s) and its clock. An agent's hand-outs are a minute of a mesh each,
+/// about 140 KiB at a thousand agents; with a minute's margin each upload read two or three of
+/// them for its 10-20 runs. A run outside it (a clock minutes off) is found by reading
+/// all of the agent's hand-outs.
+const LOOKUP_MARGIN_US: i64 = 5_000_000;
 
 fn encode(runs: &[RunRecord]) -> String {
     let mut tasks: Vec<TaskPart> = Vec::new();
@@ -175,6 +178,11 @@ impl Document<'_> {
         })
     }
 }
+
+/// Most hand-outs one pass sweeps (about a thousand runs each at a thousand agents):
+/// the rest wait for the next pass, so that one sweep after the server fell behind does
+/// not hold the writer for all of them at once.
+const SWEPT_AT_ONCE: usize = 64;
 
 /// The `runs` text of hand-out rows.
 fn texts_of_rows(rows: &[AnyRow]) -> Vec<(String, String)> {
@@ -387,32 +395,33 @@ impl Archive {
             .collect())
     }
 
-    /// Sweeps the hand-outs whose every run ended before `overdue_before_us`: the runs
-    /// that have no row by then (no result came) are stored as missed and returned, and
-    /// the hand-outs are deleted, in one transaction.
+    /// Sweeps the hand-outs whose every run ended before `overdue_before_us`, the
+    /// [`SWEPT_AT_ONCE`] that ended first: the runs that have no row by then (no result
+    /// came) are stored as missed and returned, and the hand-outs are deleted, in one
+    /// transaction.
     pub async fn sweep_handouts(
         &self,
         overdue_before_us: i64,
     ) -> Result<Vec<RunRecord>, ArchiveError> {
         const DOING: &str = "sweeping handed-out runs";
-        // Most passes find none, which a read finds out without the writer.
-        let any = sqlx::query("SELECT client FROM light_handouts WHERE reach_us < $1")
-            .bind(overdue_before_us)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(sql(DOING))?;
-        if any.is_none() {
+        // Read, and the runs with a result found, before the write transaction: read
+        // inside it, a sweep of a fleet's hand-outs held the one writer through hundreds
+        // of reads on the other connections, and every upload and hand-out waited. A
+        // result stored after these reads has its run's row by the insert below, which
+        // then skips the run and so does not return it missed; a hand-out is immutable
+        // until it is deleted, and only those read here are.
+        let rows = sqlx::query(&format!(
+            "SELECT client, from_us, runs FROM light_handouts WHERE reach_us < $1 \
+             ORDER BY reach_us LIMIT {SWEPT_AT_ONCE}"
+        ))
+        .bind(overdue_before_us)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql(DOING))?;
+        if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
-        let rows = sqlx::query("SELECT client, runs FROM light_handouts WHERE reach_us < $1")
-            .bind(overdue_before_us)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(sql(DOING))?;
         let ids = ids_of_rows(&rows)?;
-        // Read beside the transaction: a result stored after this read has its run's
-        // row by the insert below, which then skips the run and so returns it not missed.
         let stored = self
             .stored_run_ids(&ids.iter().map(String::as_str).collect::<Vec<_>>())
             .await?;
@@ -427,13 +436,25 @@ impl Archive {
                 ..run
             })
             .collect();
+        let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
         let inserted =
             insert_run_rows(&mut tx, self.backend, &missed, now_us(), OnConflict::Skip).await?;
-        sqlx::query("DELETE FROM light_handouts WHERE reach_us < $1")
-            .bind(overdue_before_us)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql(DOING))?;
+        // The hand-outs read, by key, in one statement.
+        let mut delete =
+            String::from("DELETE FROM light_handouts WHERE (client, from_us) IN (VALUES ");
+        for n in 0..rows.len() {
+            delete.push_str(if n == 0 { "(" } else { ", (" });
+            push_placeholders(&mut delete, self.backend, 2 * n + 1, 2);
+            delete.push(')');
+        }
+        delete.push(')');
+        let mut query = sqlx::query(&delete);
+        for row in &rows {
+            query = query
+                .bind(row.get::<String, _>("client"))
+                .bind(row.get::<i64, _>("from_us"));
+        }
+        query.execute(&mut *tx).await.map_err(sql(DOING))?;
         tx.commit().await.map_err(sql(DOING))?;
         Ok(missed
             .into_iter()

@@ -1908,7 +1908,12 @@ async fn handed_out_runs_scenario(kind: Kind) {
     let upload_of = |run: &RunRecord, agent: &str| -> ResultUpload {
         serde_json::from_value(upload(&run.id, agent, 250.0)).unwrap()
     };
-    let outcome = archive.ingest(&upload_of(first, "m1")).await.unwrap();
+    // Measured ten minutes from its plan (an agent whose clock is off): found past the
+    // hand-outs around its measured times.
+    let mut far_off = upload_of(first, "m1");
+    far_off.actual_start += chrono::Duration::minutes(10);
+    far_off.actual_end += chrono::Duration::minutes(10);
+    let outcome = archive.ingest(&far_off).await.unwrap();
     assert!(matches!(outcome.0, Ingest::Stored(_)), "{outcome:?}");
     assert_eq!(outcome.1.state, RunState::Completed);
     assert!(matches!(
@@ -1965,6 +1970,25 @@ async fn handed_out_runs_scenario(kind: Kind) {
             .unwrap_or_default()
             .contains("fetched the run but reported no result"));
     }
+    // And warns of them, stored with the pass's other warnings.
+    let warnings: Vec<String> = archive
+        .alerts(&vantage_server::archive::AlertFilter {
+            agent: Some("m1".into()),
+            severity: None,
+            from_us: None,
+            to_us: None,
+            limit: 100,
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|stored| stored.alert.message)
+        .collect();
+    assert!(
+        warnings.iter().any(|message| message.contains("missed")
+            && message.contains("fetched the run but reported no result")),
+        "{warnings:#?}"
+    );
     let late = archive.ingest(&upload_of(&placed[1], "m1")).await.unwrap();
     assert!(matches!(late.0, Ingest::Stored(_)), "{late:?}");
     assert_eq!(
@@ -2346,4 +2370,51 @@ async fn poll_hints_follow_what_is_stored_on_sqlite() {
 #[tokio::test]
 async fn poll_hints_follow_what_is_stored_on_postgres() {
     poll_hints_scenario(Kind::Postgres).await;
+}
+
+/// Agents seen at once (a fleet's heartbeats) are recorded together: each caller learns
+/// whether its agent is registered, and every registered one is marked seen.
+async fn agents_seen_scenario(kind: Kind) {
+    let names: Vec<String> = (0..600).map(|n| format!("seen-{n}")).collect();
+    let registered: Vec<&str> = names[..500].iter().map(String::as_str).collect();
+    let (_db, archive, _state) = planner_scenario(kind, "seen", &registered).await;
+    // Registration marks an agent seen; older marks show which ones the touches set.
+    sqlx::query("UPDATE agents SET last_seen_us = 0")
+        .execute(archive.pool())
+        .await
+        .unwrap();
+    let before_us = now_us();
+    // Every registered agent twice (a heartbeat and a fetch at once), and 100 unknown.
+    let touches = names
+        .iter()
+        .chain(&names[..500])
+        .map(|name| archive.touch_agent(name));
+    let known = futures_util::future::join_all(touches).await;
+    for (name, known) in names.iter().chain(&names[..500]).zip(known) {
+        assert_eq!(
+            known.unwrap(),
+            registered.contains(&name.as_str()),
+            "{name}"
+        );
+    }
+    let agents = archive.agents().await.unwrap();
+    assert_eq!(agents.len(), 500);
+    for agent in agents {
+        assert!(
+            agent.last_seen_at.timestamp_micros() >= before_us,
+            "{} not marked seen",
+            agent.registration.name
+        );
+    }
+    archive.close().await;
+}
+
+#[tokio::test]
+async fn agents_seen_together_are_each_recorded_on_sqlite() {
+    agents_seen_scenario(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn agents_seen_together_are_each_recorded_on_postgres() {
+    agents_seen_scenario(Kind::Postgres).await;
 }
