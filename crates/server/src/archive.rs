@@ -998,7 +998,9 @@ impl Archive {
     }
 
     /// The rows `select` (a query ending in `… IN`) finds for `keys`, a set of
-    /// [`chunk_rows`] keys per statement.
+    /// [`chunk_rows`] keys per statement, all on one connection: taken from the pool
+    /// for each statement, a sweep's 64 000 run ids on PostgreSQL (2 000 statements)
+    /// queued behind a fleet's uploads and fetches 2 000 times, and took 19 s.
     async fn rows_matching(
         &self,
         select: &str,
@@ -1006,13 +1008,19 @@ impl Archive {
         doing: &'static str,
     ) -> Result<Vec<AnyRow>, ArchiveError> {
         let mut rows = Vec::with_capacity(keys.len());
+        let mut connection = self.pool.acquire().await.map_err(sql(doing))?;
         for chunk in row_chunks(self.backend, keys) {
             let text = format!("{select} ({})", placeholders(self.backend, chunk.len()));
             let mut query = sqlx::query(&text);
             for key in chunk {
                 query = query.bind(*key);
             }
-            rows.extend(query.fetch_all(&self.pool).await.map_err(sql(doing))?);
+            rows.extend(
+                query
+                    .fetch_all(&mut *connection)
+                    .await
+                    .map_err(sql(doing))?,
+            );
         }
         Ok(rows)
     }
@@ -1526,18 +1534,7 @@ impl Archive {
             .iter()
             .map(|upload| upload.run_id.as_str())
             .collect();
-        let rows = self
-            .rows_matching(
-                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id IN"),
-                &ids,
-                "ingesting results",
-            )
-            .await?;
-        let mut runs = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let run = run_from_row(row)?;
-            runs.insert(run.id.clone(), run);
-        }
+        let mut runs = self.run_rows(&ids).await?;
         let rowless: Vec<&ResultUpload> = uploads
             .iter()
             .filter(|upload| !runs.contains_key(&upload.run_id))
@@ -1548,8 +1545,37 @@ impl Archive {
                 handed_out.insert(id.clone());
                 runs.insert(id, run);
             }
+            // A sweep that committed between the two reads above moved these runs from
+            // their hand-out to rows of their own (missed), which a read now sees: without
+            // it, their results were refused as naming no run (128 in a PostgreSQL fleet
+            // of 1 000 agents whose sweeps took 19 s).
+            let unfound: Vec<&str> = rowless
+                .iter()
+                .map(|upload| upload.run_id.as_str())
+                .filter(|id| !runs.contains_key(*id))
+                .collect();
+            if !unfound.is_empty() {
+                runs.extend(self.run_rows(&unfound).await?);
+            }
         }
         Ok((runs, handed_out))
+    }
+
+    /// The rows of `runs` with these ids, by id.
+    async fn run_rows(&self, ids: &[&str]) -> Result<HashMap<String, RunRecord>, ArchiveError> {
+        let rows = self
+            .rows_matching(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id IN"),
+                ids,
+                "ingesting results",
+            )
+            .await?;
+        let mut runs = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let run = run_from_row(row)?;
+            runs.insert(run.id.clone(), run);
+        }
+        Ok(runs)
     }
 
     /// Inserts the accepted results; answers the run ids that were new (a run id
