@@ -2128,14 +2128,10 @@ impl Archive {
         const DOING: &str = "storing alerts";
         let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
         for chunk in row_chunks(self.backend, alerts) {
-            let mut text = String::from(
-                "INSERT INTO alerts (id, time_us, severity, agents, document) VALUES ",
+            let text = format!(
+                "INSERT INTO alerts (id, time_us, severity, agents, document) VALUES {}",
+                value_rows(self.backend, 5, chunk.len())
             );
-            for n in 0..chunk.len() {
-                text.push_str(if n == 0 { "(" } else { ", (" });
-                push_placeholders(&mut text, self.backend, 5 * n + 1, 5);
-                text.push(')');
-            }
             let mut query = sqlx::query(&text);
             for alert in chunk {
                 let document =

@@ -104,30 +104,30 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
     }
     // Each phase's time, logged with the pass at debug level: what a slow pass waited for.
     let began = std::time::Instant::now();
-    let since = |at: std::time::Instant| at.elapsed().as_micros() as u64;
+    let since = || began.elapsed().as_micros() as u64;
     state.refresh_agent_tags().await?;
     let overdue_before_us = now_us() - micros(options.miss_grace);
     let mut missed = archive.mark_missed(overdue_before_us).await?;
-    let marked_missed_us = since(began);
+    let marked_missed_us = since();
     missed.extend(archive.sweep_handouts(overdue_before_us).await?);
-    let swept_us = since(began);
+    let swept_us = since();
     missed_alerts(state, missed).await?;
-    let alerted_us = since(began);
+    let alerted_us = since();
     let config = config_store::current(&state.archive).await?;
     let agents = registered_agents(archive).await?;
-    let read_us = since(began);
+    let read_us = since();
     let locked_us;
     // Most passes store no run that light placements must see (a campaign's occurrence
     // is hourly): those hold the scheduler's lock for reading, beside the agents'
     // fetches placing their light runs, rather than waiting for them all.
     let stored = if needs_exclusive_pass(state, options, config.as_ref(), &agents).await? {
         let _planning = state.planning.write().await;
-        locked_us = since(began);
+        locked_us = since();
         plan_window(state, options, config.as_ref(), &agents, Lock::Exclusive).await?
             + place_requests(state, options, config.as_ref(), &agents).await?
     } else {
         let _planning = state.planning.read().await;
-        locked_us = since(began);
+        locked_us = since();
         plan_window(state, options, config.as_ref(), &agents, Lock::Shared).await?
     };
     if stored > 0 {
@@ -139,7 +139,7 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
         alerted_us,
         read_us,
         locked_us,
-        planned_us = since(began),
+        planned_us = since(),
         stored,
         "planning pass phases (each the time since the pass began)"
     );

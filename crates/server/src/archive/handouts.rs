@@ -440,14 +440,10 @@ impl Archive {
         let inserted =
             insert_run_rows(&mut tx, self.backend, &missed, now_us(), OnConflict::Skip).await?;
         // The hand-outs read, by key, in one statement.
-        let mut delete =
-            String::from("DELETE FROM light_handouts WHERE (client, from_us) IN (VALUES ");
-        for n in 0..rows.len() {
-            delete.push_str(if n == 0 { "(" } else { ", (" });
-            push_placeholders(&mut delete, self.backend, 2 * n + 1, 2);
-            delete.push(')');
-        }
-        delete.push(')');
+        let delete = format!(
+            "DELETE FROM light_handouts WHERE (client, from_us) IN (VALUES {})",
+            value_rows(self.backend, 2, rows.len())
+        );
         let mut query = sqlx::query(&delete);
         for row in &rows {
             query = query
