@@ -184,6 +184,23 @@ impl Document<'_> {
 /// not hold the writer for all of them at once.
 const SWEPT_AT_ONCE: usize = 64;
 
+/// Every state a row in `runs` can have, named so that a read of an agent's runs by
+/// planned start follows `runs_client_state` (client, state, planned start) as one range
+/// per state rather than every run the agent ever had.
+const EVERY_STATE: &str = "'scheduled', 'dispatched', 'completed', 'failed', 'non_start', 'missed'";
+
+/// Per agent, the first and last planned start of the runs asked about.
+type Spans<'a> = BTreeMap<&'a str, (i64, i64)>;
+
+/// Widens `client`'s span in `spans` to hold `[first_start_us, last_start_us]`.
+fn widen<'a>(spans: &mut Spans<'a>, client: &'a str, first_start_us: i64, last_start_us: i64) {
+    let span = spans
+        .entry(client)
+        .or_insert((first_start_us, last_start_us));
+    span.0 = span.0.min(first_start_us);
+    span.1 = span.1.max(last_start_us);
+}
+
 /// The `runs` text of hand-out rows.
 fn texts_of_rows(rows: &[AnyRow]) -> Vec<(String, String)> {
     rows.iter()
@@ -368,18 +385,28 @@ impl Archive {
         self.without_rows(runs).await
     }
 
-    /// Those of `ids` that have a row in `runs`.
-    async fn stored_run_ids(&self, ids: &[&str]) -> Result<HashSet<String>, ArchiveError> {
-        Ok(self
-            .rows_matching(
-                "SELECT id FROM runs WHERE id IN",
-                ids,
-                "reading handed-out runs",
-            )
-            .await?
-            .iter()
-            .map(|row| row.get("id"))
-            .collect())
+    /// The ids of the runs with a row in `runs` among each agent's runs planned to start
+    /// within its span: one statement per agent, along `runs_client_state`, on one
+    /// connection. Asked by id instead, a sweep of 64 hand-outs at a thousand agents
+    /// (64 000 ids) was 2 000 statements on PostgreSQL and took 7-14 s.
+    async fn stored_run_ids(&self, spans: &Spans<'_>) -> Result<HashSet<String>, ArchiveError> {
+        const DOING: &str = "reading handed-out runs";
+        let mut stored = HashSet::new();
+        let mut connection = self.pool.acquire().await.map_err(sql(DOING))?;
+        for (client, &(first_start_us, last_start_us)) in spans {
+            let rows = sqlx::query(&format!(
+                "SELECT id FROM runs WHERE client = $1 AND state IN ({EVERY_STATE}) \
+                 AND planned_start_us >= $2 AND planned_start_us <= $3"
+            ))
+            .bind(*client)
+            .bind(first_start_us)
+            .bind(last_start_us)
+            .fetch_all(&mut *connection)
+            .await
+            .map_err(sql(DOING))?;
+            stored.extend(rows.iter().map(|row| row.get::<String, _>("id")));
+        }
+        Ok(stored)
     }
 
     /// `runs` less those that have a row in `runs` (a result, or a missed record).
@@ -387,8 +414,16 @@ impl Archive {
         if runs.is_empty() {
             return Ok(runs);
         }
-        let ids: Vec<&str> = runs.iter().map(|run| run.id.as_str()).collect();
-        let stored = self.stored_run_ids(&ids).await?;
+        let mut spans = Spans::new();
+        for run in &runs {
+            widen(
+                &mut spans,
+                &run.client,
+                run.planned_start_us,
+                run.planned_start_us,
+            );
+        }
+        let stored = self.stored_run_ids(&spans).await?;
         Ok(runs
             .into_iter()
             .filter(|run| !stored.contains(&run.id))
@@ -411,8 +446,8 @@ impl Archive {
         // then skips the run and so does not return it missed; a hand-out is immutable
         // until it is deleted, and only those read here are.
         let rows = sqlx::query(&format!(
-            "SELECT client, from_us, runs FROM light_handouts WHERE reach_us < $1 \
-             ORDER BY reach_us LIMIT {SWEPT_AT_ONCE}"
+            "SELECT client, from_us, first_start_us, reach_us, runs FROM light_handouts \
+             WHERE reach_us < $1 ORDER BY reach_us LIMIT {SWEPT_AT_ONCE}"
         ))
         .bind(overdue_before_us)
         .fetch_all(&self.pool)
@@ -421,10 +456,22 @@ impl Archive {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let ids = ids_of_rows(&rows)?;
-        let stored = self
-            .stored_run_ids(&ids.iter().map(String::as_str).collect::<Vec<_>>())
-            .await?;
+        // A hand-out's runs start no later than its latest end (`reach_us`).
+        let extents: Vec<(String, i64, i64)> = rows
+            .iter()
+            .map(|row| {
+                (
+                    row.get("client"),
+                    row.get("first_start_us"),
+                    row.get("reach_us"),
+                )
+            })
+            .collect();
+        let mut spans = Spans::new();
+        for (client, first_start_us, reach_us) in &extents {
+            widen(&mut spans, client, *first_start_us, *reach_us);
+        }
+        let stored = self.stored_run_ids(&spans).await?;
         let missed: Vec<RunRecord> = runs_of_rows(&rows, |id, _, _| !stored.contains(id))?
             .into_iter()
             .map(|run| RunRecord {
