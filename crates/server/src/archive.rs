@@ -2508,10 +2508,15 @@ async fn insert_run_rows(
     on_conflict: OnConflict,
 ) -> Result<HashSet<String>, ArchiveError> {
     let mut inserted = HashSet::new();
+    // In the order of their ids, whoever writes them: on PostgreSQL a sweep storing
+    // missed runs and a group commit storing results of some of the same runs, each
+    // in its own order, waited on each other's rows ("deadlock detected").
+    let mut ordered: Vec<&RunRecord> = runs.iter().collect();
+    ordered.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     // A set of rows per statement: a fetch places an agent's minute of a mesh (one
     // run per peer) and a statement per row was a round trip each, on PostgreSQL
     // while the fetch held the scheduler's lock the planning pass waits for.
-    for chunk in row_chunks(backend, runs) {
+    for chunk in row_chunks(backend, &ordered) {
         let text = format!(
             "INSERT INTO runs (id, task, test, test_name, client, server, spec, exclusive, reverse, priority, \
              claims, planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason, created_us, target) \

@@ -1,13 +1,15 @@
 //! The scheduler loop: every tick the leader replica plans the next window with
 //! `vantage-scheduler` from the applied configuration and the registered agents,
-//! stores the runs and the non-starts (with reasons), records overdue runs as missed,
-//! applies retention, and on a PostgreSQL without autovacuum vacuums the busiest tables.
+//! stores the runs and the non-starts (with reasons), applies retention, and on a
+//! PostgreSQL without autovacuum vacuums the busiest tables; beside the passes, at the
+//! same pace, the leader records overdue runs as missed ([`record_overdue`]).
 //!
 //! Leadership: replicas sharing one database hold a lease row (`leases`) renewed
 //! every tick; only the holder plans. Run ids are derived from the task, the pair
 //! and the nominal time, and inserted with ON CONFLICT DO NOTHING, so even two
 //! planners racing (a lease taken over mid-tick) cannot duplicate a run.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,23 +68,39 @@ fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// Runs ticks until `stopped` turns true. Errors are logged and retried next tick
-/// (a database outage must not kill the server).
-pub async fn run(
-    state: Arc<ServerState>,
-    options: PlannerOptions,
+/// Runs ticks until `stopped` turns true, and beside them, while this replica leads,
+/// [`record_overdue`] at the same pace. Errors are logged and retried next tick (a
+/// database outage must not kill the server).
+pub async fn run(state: Arc<ServerState>, options: PlannerOptions, stopped: watch::Receiver<bool>) {
+    // Set by each pass: whether this replica holds the lease, so that only the leader
+    // records overdue runs (two replicas briefly both doing it store nothing twice).
+    let leading = AtomicBool::new(false);
+    tokio::join!(
+        planning_loop(&state, &options, &leading, stopped.clone()),
+        overdue_loop(&state, &options, &leading, stopped),
+    );
+}
+
+async fn planning_loop(
+    state: &ServerState,
+    options: &PlannerOptions,
+    leading: &AtomicBool,
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
         let began = std::time::Instant::now();
-        match tick(&state, &options).await {
+        match tick(state, options).await {
             // Each pass's wall time, for operators and bench/scale
             // (RUST_LOG=vantage_server::planner=debug).
-            Ok(true) => tracing::debug!(
-                pass_us = began.elapsed().as_micros() as u64,
-                "planning pass"
-            ),
-            Ok(false) => {}
+            Ok(led) => {
+                leading.store(led, Ordering::Relaxed);
+                if led {
+                    tracing::debug!(
+                        pass_us = began.elapsed().as_micros() as u64,
+                        "planning pass"
+                    );
+                }
+            }
             Err(error) => tracing::warn!("scheduler tick failed: {error}"),
         }
         tokio::select! {
@@ -91,6 +109,56 @@ pub async fn run(
             _ = stopped.wait_for(|stop| *stop) => return,
         }
     }
+}
+
+/// Records overdue runs apart from the planning passes: at a thousand agents a sweep of
+/// the hand-outs stores thousands of missed runs through the writer, in turn with the
+/// fleet's uploads, and took seconds that the pass, which plans the runs ahead, waited
+/// for. What it writes is about runs that have ended, which no pass plans around.
+async fn overdue_loop(
+    state: &ServerState,
+    options: &PlannerOptions,
+    leading: &AtomicBool,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        if leading.load(Ordering::Relaxed) {
+            if let Err(error) = record_overdue(state, options).await {
+                tracing::warn!("recording overdue runs failed: {error}");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(options.tick) => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// Records the runs still without a result `miss_grace` after their planned end as
+/// missed (rows not fetched or not reported, and the runs of hand-outs whose every run
+/// is overdue), and warns of them. Logs its time and each step's at debug level.
+pub async fn record_overdue(
+    state: &ServerState,
+    options: &PlannerOptions,
+) -> Result<(), ArchiveError> {
+    let began = std::time::Instant::now();
+    let since = || began.elapsed().as_micros() as u64;
+    let archive = &state.archive;
+    let overdue_before_us = now_us() - micros(options.miss_grace);
+    let mut missed = archive.mark_missed(overdue_before_us).await?;
+    let marked_missed_us = since();
+    missed.extend(archive.sweep_handouts(overdue_before_us).await?);
+    let swept_us = since();
+    let recorded = missed.len();
+    missed_alerts(state, missed).await?;
+    tracing::debug!(
+        marked_missed_us,
+        swept_us,
+        recorded,
+        overdue_us = since(),
+        "overdue runs recorded (each the time since it began)"
+    );
+    Ok(())
 }
 
 /// One planning pass; returns whether this replica was the leader.
@@ -106,13 +174,6 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
     let began = std::time::Instant::now();
     let since = || began.elapsed().as_micros() as u64;
     state.refresh_agent_tags().await?;
-    let overdue_before_us = now_us() - micros(options.miss_grace);
-    let mut missed = archive.mark_missed(overdue_before_us).await?;
-    let marked_missed_us = since();
-    missed.extend(archive.sweep_handouts(overdue_before_us).await?);
-    let swept_us = since();
-    missed_alerts(state, missed).await?;
-    let alerted_us = since();
     let config = config_store::current(&state.archive).await?;
     let agents = registered_agents(archive).await?;
     let read_us = since();
@@ -134,9 +195,6 @@ pub async fn tick(state: &ServerState, options: &PlannerOptions) -> Result<bool,
         state.runs_were_stored();
     }
     tracing::debug!(
-        marked_missed_us,
-        swept_us,
-        alerted_us,
         read_us,
         locked_us,
         planned_us = since(),
@@ -322,11 +380,11 @@ fn run_warning(run: &RunRecord, test: &str, what: &str) -> Alert {
     warning(message, vec![run.client.clone(), run.server.clone()])
 }
 
-/// Warns of the runs a pass recorded as missed: each run of an agent that missed one,
+/// Warns of the runs recorded as missed at once: each run of an agent that missed one,
 /// and for an agent that missed several (a dense mesh misses a thousand a minute when
 /// an agent goes away) one warning with how many and the first few. Stored as one set:
-/// a fleet behind its uploads misses runs of every agent in one pass, and a warning each
-/// through the archive's writer, in turn with the fleet's uploads, held a pass 40 s.
+/// a fleet behind its uploads misses runs of every agent at once, and a warning each
+/// through the archive's writer, in turn with the fleet's uploads, took 40 s.
 async fn missed_alerts(state: &ServerState, missed: Vec<RunRecord>) -> Result<(), ArchiveError> {
     const NAMED: usize = 3;
     let mut by_agent: std::collections::BTreeMap<(String, Option<String>), Vec<RunRecord>> =
@@ -868,7 +926,7 @@ const UNFETCHED_LOOKBACK_US: i64 = 60_000_000;
 
 /// Light runs exist once their client fetches them. For agents that have fetched
 /// nothing for longer than the miss grace, the planner stores their light runs up to
-/// then, and the next pass records them as missed, as it does reserved runs.
+/// then, and [`record_overdue`] records them as missed, as it does reserved runs.
 async fn record_unfetched_light_runs(
     state: &ServerState,
     options: &PlannerOptions,

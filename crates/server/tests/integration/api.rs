@@ -1809,6 +1809,9 @@ async fn light_runs_scenario(kind: Kind) {
         vantage_server::planner::tick(&state, &options)
             .await
             .unwrap();
+        vantage_server::planner::record_overdue(&state, &options)
+            .await
+            .unwrap();
         let runs = archive.runs_between(0, i64::MAX).await.unwrap();
         let missed: Vec<RunRecord> = runs
             .into_iter()
@@ -1950,7 +1953,7 @@ async fn handed_out_runs_scenario(kind: Kind) {
     let last_end_us = placed.iter().map(|run| run.planned_end_us).max().unwrap();
     let wait_us = (last_end_us + 1_500_000 - now_us()).max(0);
     tokio::time::sleep(Duration::from_micros(wait_us as u64)).await;
-    vantage_server::planner::tick(&state, &options)
+    vantage_server::planner::record_overdue(&state, &options)
         .await
         .unwrap();
     let by_id: std::collections::HashMap<String, RunRecord> = archive
