@@ -82,7 +82,6 @@ fn parse_tag(text: &str) -> Result<(String, String), String> {
 }
 
 pub fn run(args: AgentArgs) -> ExitCode {
-    keep_the_heap_small();
     crate::daemon::init_logging();
     let mut options = AgentOptions::new(&args.servers[0], &args.token, &args.name, args.spool);
     options.server_urls = args.servers;
@@ -114,24 +113,5 @@ pub fn run(args: AgentArgs) -> ExitCode {
             eprintln!("vantage agent: {error:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// An agent runs for months, mostly waiting: glibc's malloc is told to keep its heap
-/// small rather than fast. One arena for every thread instead of one per thread that
-/// allocates (each keeps what its thread freed), and fixed 128 KiB mmap and trim
-/// thresholds, so that a large buffer (an upload batch, a fetched schedule) goes back to
-/// the system once freed: by default glibc raises both thresholds after the first such
-/// buffer and keeps the next ones. In `bench/agent-mesh` (999 peers a minute) the
-/// agent's RSS went from 20.1 to 19.0 MiB at the same CPU (18.4 MiB with the same
-/// settings given as MALLOC_* environment variables). Called before any thread
-/// starts; the static (musl) build's allocator returns memory by itself.
-fn keep_the_heap_small() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets allocator parameters; no other thread exists yet.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
     }
 }

@@ -1,5 +1,6 @@
 //! `vantage`: one binary, one subcommand per capability.
 
+mod allocator;
 mod cmd_agent;
 mod cmd_capacity;
 mod cmd_capture;
