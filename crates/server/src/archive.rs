@@ -143,6 +143,16 @@ pub enum RunState {
 }
 
 impl RunState {
+    /// Every state, in the order of a run's life; a new state belongs here too.
+    pub const ALL: [RunState; 6] = [
+        RunState::Scheduled,
+        RunState::Dispatched,
+        RunState::Completed,
+        RunState::Failed,
+        RunState::NonStart,
+        RunState::Missed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RunState::Scheduled => "scheduled",

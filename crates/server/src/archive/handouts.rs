@@ -184,10 +184,14 @@ impl Document<'_> {
 /// not hold the writer for all of them at once.
 const SWEPT_AT_ONCE: usize = 64;
 
-/// Every state a row in `runs` can have, named so that a read of an agent's runs by
-/// planned start follows `runs_client_state` (client, state, planned start) as one range
-/// per state rather than every run the agent ever had.
-const EVERY_STATE: &str = "'scheduled', 'dispatched', 'completed', 'failed', 'non_start', 'missed'";
+/// Every state a row in `runs` can have, as an SQL list, named so that a read of an
+/// agent's runs by planned start follows `runs_client_state` (client, state, planned
+/// start) as one range per state rather than every run the agent ever had.
+fn every_state_sql() -> String {
+    RunState::ALL
+        .map(|state| format!("'{}'", state.as_str()))
+        .join(", ")
+}
 
 /// Per agent, the first and last planned start of the runs asked about.
 type Spans<'a> = BTreeMap<&'a str, (i64, i64)>;
@@ -392,18 +396,20 @@ impl Archive {
     async fn stored_run_ids(&self, spans: &Spans<'_>) -> Result<HashSet<String>, ArchiveError> {
         const DOING: &str = "reading handed-out runs";
         let mut stored = HashSet::new();
+        let statement = format!(
+            "SELECT id FROM runs WHERE client = $1 AND state IN ({}) \
+             AND planned_start_us >= $2 AND planned_start_us <= $3",
+            every_state_sql()
+        );
         let mut connection = self.pool.acquire().await.map_err(sql(DOING))?;
         for (client, &(first_start_us, last_start_us)) in spans {
-            let rows = sqlx::query(&format!(
-                "SELECT id FROM runs WHERE client = $1 AND state IN ({EVERY_STATE}) \
-                 AND planned_start_us >= $2 AND planned_start_us <= $3"
-            ))
-            .bind(*client)
-            .bind(first_start_us)
-            .bind(last_start_us)
-            .fetch_all(&mut *connection)
-            .await
-            .map_err(sql(DOING))?;
+            let rows = sqlx::query(&statement)
+                .bind(*client)
+                .bind(first_start_us)
+                .bind(last_start_us)
+                .fetch_all(&mut *connection)
+                .await
+                .map_err(sql(DOING))?;
             stored.extend(rows.iter().map(|row| row.get::<String, _>("id")));
         }
         Ok(stored)
@@ -572,6 +578,14 @@ mod tests {
             .runs
             .iter()
             .all(|run| matches!((&run.1, &run.2), (Cow::Borrowed(_), Cow::Borrowed(_)))));
+    }
+
+    #[test]
+    fn the_span_read_names_every_state() {
+        assert_eq!(
+            every_state_sql(),
+            "'scheduled', 'dispatched', 'completed', 'failed', 'non_start', 'missed'"
+        );
     }
 
     #[test]
