@@ -15,6 +15,7 @@ mod http_limits;
 mod mesh;
 mod replicas;
 mod sla_correlation;
+mod statistics;
 mod ticket_rotation;
 mod tls;
 mod transfers;

@@ -69,6 +69,36 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// The first value of a query on a PostgreSQL database, as text (psql's).
+    pub fn postgres_value(&self, query: &str) -> String {
+        let schema = self.schema.as_ref().expect("a PostgreSQL database");
+        let output = Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "test",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ])
+            .arg("-Atc")
+            .arg(format!("SET search_path TO {schema}; {query}"))
+            .output()
+            .expect("psql runs");
+        assert!(
+            output.status.success(),
+            "psql failed on '{query}': {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // After the SET's own line.
+        let text = String::from_utf8_lossy(&output.stdout);
+        text.lines().last().unwrap_or_default().to_string()
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some(schema) = &self.schema {
