@@ -39,21 +39,7 @@ impl TestDb {
                     std::process::id(),
                     rand::random::<u32>()
                 );
-                let created = Command::new("psql")
-                    .args([
-                        "-h",
-                        "127.0.0.1",
-                        "-U",
-                        "postgres",
-                        "-d",
-                        "test",
-                        "-v",
-                        "ON_ERROR_STOP=1",
-                        "-qc",
-                    ])
-                    .arg(format!("CREATE SCHEMA {schema}"))
-                    .output()
-                    .expect("psql must be installed (scripts/install-deps installs postgresql)");
+                let created = psql(&format!("CREATE SCHEMA {schema}"));
                 assert!(
                     created.status.success(),
                     "PostgreSQL at 127.0.0.1:5432 (db test, trust auth) is required: {}",
@@ -73,21 +59,7 @@ impl TestDb {
     /// The first value of a query on a PostgreSQL database, as text (psql's).
     pub fn postgres_value(&self, query: &str) -> String {
         let schema = self.schema.as_ref().expect("a PostgreSQL database");
-        let output = Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "test",
-                "-v",
-                "ON_ERROR_STOP=1",
-            ])
-            .arg("-Atc")
-            .arg(format!("SET search_path TO {schema}; {query}"))
-            .output()
-            .expect("psql runs");
+        let output = psql(&format!("SET search_path TO {schema}; {query}"));
         assert!(
             output.status.success(),
             "psql failed on '{query}': {}",
@@ -99,13 +71,19 @@ impl TestDb {
     }
 }
 
+/// Runs `sql` in database `test` (unaligned, tuples only, stopping at the first error).
+fn psql(sql: &str) -> std::process::Output {
+    Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test"])
+        .args(["-v", "ON_ERROR_STOP=1", "-qAtc", sql])
+        .output()
+        .expect("psql must be installed (scripts/install-deps installs postgresql)")
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some(schema) = &self.schema {
-            let _ = Command::new("psql")
-                .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc"])
-                .arg(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                .output();
+            let _ = psql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
         }
     }
 }
