@@ -2416,6 +2416,9 @@ impl Archive {
             .execute(&self.pool)
             .await
             .map_err(sql("vacuuming"))?;
+        if let Some(since) = &self.scheduled_since_analyze {
+            since.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
         *last = Some(std::time::Instant::now());
         Ok(true)
     }

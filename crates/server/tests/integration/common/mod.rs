@@ -53,10 +53,8 @@ impl TestDb {
             }
         }
     }
-}
 
-impl TestDb {
-    /// The first value of a query on a PostgreSQL database, as text (psql's).
+    /// The value of a one-value query on a PostgreSQL database, as psql prints it.
     pub fn postgres_value(&self, query: &str) -> String {
         let schema = self.schema.as_ref().expect("a PostgreSQL database");
         let output = psql(&format!("SET search_path TO {schema}; {query}"));
@@ -65,9 +63,7 @@ impl TestDb {
             "psql failed on '{query}': {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        // After the SET's own line.
-        let text = String::from_utf8_lossy(&output.stdout);
-        text.lines().last().unwrap_or_default().to_string()
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
     }
 }
 
