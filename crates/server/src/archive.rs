@@ -347,7 +347,10 @@ pub struct StoredAppMetric {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RetentionReport {
     pub results: u64,
+    /// Rows of `runs`: scheduled, failed to start, missed, and runs that are not light.
     pub runs: u64,
+    /// Swept hand-outs: the plans of a fetch's light runs that reported.
+    pub light_handouts: u64,
     pub app_metrics: u64,
     pub sla_verdicts: u64,
     pub diagnoses: u64,
@@ -718,6 +721,38 @@ impl Archive {
         }
     }
 
+    /// Takes the sweep lock as `lock` says until `tx` ends, on PostgreSQL. A group
+    /// commit stores the results of handed-out runs, which have no row, while the sweep
+    /// stores the runs of its hand-outs that have no result as missed: each decides
+    /// from what the other has committed, and two transactions side by side would each
+    /// miss the other's (a run stored missed that has its result). Group commits share
+    /// the lock, so they do not wait for each other, and a sweep's writing holds it
+    /// alone. SQLite's one writer runs them one at a time already. The lock is one of
+    /// PostgreSQL's advisory locks, named by the schema: other archives in the same
+    /// database do not wait for it.
+    async fn lock_against_sweeps(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        lock: SweepLock,
+    ) -> Result<(), ArchiveError> {
+        if self.backend != Backend::Postgres {
+            return Ok(());
+        }
+        let function = match lock {
+            SweepLock::Shared => "pg_advisory_xact_lock_shared",
+            SweepLock::Exclusive => "pg_advisory_xact_lock",
+        };
+        // Read through a subquery: the function's own result (void) is not a type
+        // the driver reads.
+        sqlx::query(&format!(
+            "SELECT 1 AS held FROM (SELECT {function}(hashtext(current_schema()))) AS taken"
+        ))
+        .execute(&mut **tx)
+        .await
+        .map_err(sql("taking the sweep lock"))?;
+        Ok(())
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }
@@ -1018,8 +1053,8 @@ impl Archive {
         .collect()
     }
 
-    /// The rows `select` (a query ending in `… IN`) finds for `keys`, a set of
-    /// [`chunk_rows`] keys per statement, all on one connection: taken from the pool
+    /// The rows `select` (a query ending in `… IN`) finds for `keys` (see
+    /// [`rows_matching_on`]), all on one connection: taken from the pool
     /// for each statement, a sweep's 64 000 run ids on PostgreSQL (2 000 statements)
     /// queued behind a fleet's uploads and fetches 2 000 times, and took 19 s.
     async fn rows_matching(
@@ -1028,22 +1063,8 @@ impl Archive {
         keys: &[&str],
         doing: &'static str,
     ) -> Result<Vec<AnyRow>, ArchiveError> {
-        let mut rows = Vec::with_capacity(keys.len());
         let mut connection = self.pool.acquire().await.map_err(sql(doing))?;
-        for chunk in row_chunks(self.backend, keys) {
-            let text = format!("{select} ({})", placeholders(self.backend, chunk.len()));
-            let mut query = sqlx::query(&text);
-            for key in chunk {
-                query = query.bind(*key);
-            }
-            rows.extend(
-                query
-                    .fetch_all(&mut *connection)
-                    .await
-                    .map_err(sql(doing))?,
-            );
-        }
-        Ok(rows)
+        rows_matching_on(&mut connection, self.backend, select, keys, doing).await
     }
 
     // ---- configuration and requests ----------------------------------------
@@ -1165,8 +1186,7 @@ impl Archive {
         {
             bump_exclusive_epoch(&mut tx).await?;
         }
-        let inserted =
-            insert_run_rows(&mut tx, self.backend, runs, now_us(), OnConflict::Skip).await?;
+        let inserted = insert_run_rows(&mut tx, self.backend, runs, now_us()).await?;
         tx.commit().await.map_err(sql(doing))?;
         let scheduled = runs
             .iter()
@@ -1487,8 +1507,8 @@ impl Archive {
         // checks use of a run (its id, agent and test) never changes once it is handed
         // out, and whether a result is new is decided in the transaction. On SQLite
         // this keeps the read and the checks out of the one writer's critical path.
-        let (runs, handed_out) = self.runs_by_id(uploads).await?;
-        let (steps, accepted) = check_batch(uploads, &runs, &handed_out);
+        let runs = self.runs_by_id(uploads).await?;
+        let (steps, accepted) = check_batch(uploads, &runs);
         let queue = self
             .group_commit
             .as_ref()
@@ -1528,6 +1548,7 @@ impl Archive {
             .write_transaction()
             .await
             .map_err(sql("ingesting results"))?;
+        self.lock_against_sweeps(&mut tx, SweepLock::Shared).await?;
         let stored_ids = self.insert_results(&mut tx, accepted, received).await?;
         // A run that two uploads of the set carry is stored once, for the first.
         let mut claimed = HashSet::with_capacity(stored_ids.len());
@@ -1555,21 +1576,10 @@ impl Archive {
                 .map_err(sql("storing a capture's packets"))?;
             }
         }
-        let (with_rows, handed_out): (Vec<&Accepted>, Vec<&Accepted>) =
-            new.iter().partition(|candidate| candidate.has_row);
-        self.complete_runs(&mut tx, &with_rows).await?;
-        let handed_out: Vec<RunRecord> = handed_out
-            .iter()
-            .map(|candidate| candidate.completed_run())
-            .collect();
-        insert_run_rows(
-            &mut tx,
-            self.backend,
-            &handed_out,
-            received,
-            OnConflict::Complete,
-        )
-        .await?;
+        // A handed-out light run has no row to complete (see [`handouts`]), unless a
+        // sweep stored it as missed since its upload was checked: updated by id,
+        // whichever it is.
+        self.complete_runs(&mut tx, &new).await?;
         if let Some(replicas) = &self.replicas {
             // Inside the transaction: PostgreSQL delivers it on commit, so the other
             // replicas hear of exactly the results that were stored.
@@ -1582,12 +1592,12 @@ impl Archive {
         Ok(stored)
     }
 
-    /// The runs the uploads name, by id, and which of them are handed-out light runs
-    /// without a row yet (see [`handouts`]).
+    /// The runs the uploads name, by id: their rows, or else their hand-outs (see
+    /// [`handouts`]).
     async fn runs_by_id(
         &self,
         uploads: &[ResultUpload],
-    ) -> Result<(HashMap<String, RunRecord>, HashSet<String>), ArchiveError> {
+    ) -> Result<HashMap<String, RunRecord>, ArchiveError> {
         let ids: Vec<&str> = uploads
             .iter()
             .map(|upload| upload.run_id.as_str())
@@ -1597,12 +1607,8 @@ impl Archive {
             .iter()
             .filter(|upload| !runs.contains_key(&upload.run_id))
             .collect();
-        let mut handed_out = HashSet::new();
         if !rowless.is_empty() {
-            for (id, run) in self.handed_out_for(&rowless).await? {
-                handed_out.insert(id.clone());
-                runs.insert(id, run);
-            }
+            runs.extend(self.handed_out_for(&rowless).await?);
             // A sweep that committed between the two reads above moved these runs from
             // their hand-out to rows of their own (missed), which a read now sees: without
             // it, their results were refused as naming no run (128 in a PostgreSQL fleet
@@ -1616,7 +1622,7 @@ impl Archive {
                 runs.extend(self.run_rows(&unfound).await?);
             }
         }
-        Ok((runs, handed_out))
+        Ok(runs)
     }
 
     /// The rows of `runs` with these ids, by id.
@@ -2092,7 +2098,11 @@ impl Archive {
             .fetch_optional(&self.pool)
             .await
             .map_err(sql("reading a run"))?;
-        row.as_ref().map(run_from_row).transpose()
+        match row {
+            Some(row) => run_from_row(&row).map(Some),
+            // A handed-out light run that reported has no row (see [`handouts`]).
+            None => self.reported_handed_out_run(run_id).await,
+        }
     }
 
     /// Stores (or replaces) a diagnosis job's document.
@@ -2423,13 +2433,14 @@ impl Archive {
         Ok(true)
     }
 
-    /// Deletes results, finished runs, app metrics, SLA verdicts and diagnosis jobs
+    /// Deletes results, finished runs (rows, and swept hand-outs), app metrics, SLA verdicts and diagnosis jobs
     /// older than `cutoff_us`.
     pub async fn apply_retention(&self, cutoff_us: i64) -> Result<RetentionReport, ArchiveError> {
-        let delete = |text: &'static str| {
+        let delete = |text: &str| {
             let pool = self.pool.clone();
+            let text = text.to_string();
             async move {
-                sqlx::query(text)
+                sqlx::query(&text)
                     .bind(cutoff_us)
                     .execute(&pool)
                     .await
@@ -2445,6 +2456,11 @@ impl Archive {
             runs: delete(
                 "DELETE FROM runs WHERE planned_end_us < $1 AND state NOT IN ('scheduled', 'dispatched')",
             )
+            .await?,
+            light_handouts: delete(&format!(
+                "DELETE FROM light_handouts WHERE reach_us < $1 AND reach_us <= {}",
+                handouts::swept_until_sql()
+            ))
             .await?,
             app_metrics: delete("DELETE FROM app_metrics WHERE time_us < $1").await?,
             sla_verdicts: delete("DELETE FROM sla_verdicts WHERE time_us < $1").await?,
@@ -2548,30 +2564,18 @@ async fn bump_counter(
     Ok(())
 }
 
-/// What inserting a run whose id is stored already does.
-#[derive(Clone, Copy)]
-enum OnConflict {
-    /// Leaves the stored run as it is.
-    Skip,
-    /// Takes the new run's state, times and reason: a handed-out run's result completes
-    /// it even when the sweep recorded it missed meanwhile.
-    Complete,
-}
-
 /// Inserts `runs` as rows, a set per statement; a run whose id is stored already is
-/// left or completed as `on_conflict` says. Returns the ids inserted when they are
-/// left (`Skip`); when they are completed every run is written, and none is returned.
+/// left as it is. Returns the ids inserted.
 async fn insert_run_rows(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
     backend: Backend,
     runs: &[RunRecord],
     now: i64,
-    on_conflict: OnConflict,
 ) -> Result<HashSet<String>, ArchiveError> {
     let mut inserted = HashSet::new();
-    // In the order of their ids, whoever writes them: on PostgreSQL a sweep storing
-    // missed runs and a group commit storing results of some of the same runs, each
-    // in its own order, waited on each other's rows ("deadlock detected").
+    // In the order of their ids, whoever writes them: on PostgreSQL two transactions
+    // storing some of the same runs, each in its own order, waited on each other's
+    // rows ("deadlock detected").
     let mut ordered: Vec<&RunRecord> = runs.iter().collect();
     ordered.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     // A set of rows per statement: a fetch places an agent's minute of a mesh (one
@@ -2581,14 +2585,8 @@ async fn insert_run_rows(
         let text = format!(
             "INSERT INTO runs (id, task, test, test_name, client, server, spec, exclusive, reverse, priority, \
              claims, planned_start_us, planned_end_us, actual_start_us, actual_end_us, state, reason, created_us, target) \
-             VALUES {} ON CONFLICT (id) {}",
+             VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
             value_rows(backend, 19, chunk.len()),
-            match on_conflict {
-                OnConflict::Skip => "DO NOTHING RETURNING id",
-                OnConflict::Complete =>
-                    "DO UPDATE SET state = excluded.state, actual_start_us = excluded.actual_start_us, \
-                     actual_end_us = excluded.actual_end_us, reason = excluded.reason",
-            }
         );
         let mut query = sqlx::query(&text);
         for run in chunk {
@@ -2613,22 +2611,11 @@ async fn insert_run_rows(
                 .bind(now)
                 .bind(run.target.as_deref());
         }
-        match on_conflict {
-            OnConflict::Skip => {
-                let rows = query
-                    .fetch_all(&mut **tx)
-                    .await
-                    .map_err(sql("storing runs"))?;
-                inserted.extend(rows.iter().map(|row| row.get::<String, _>("id")));
-            }
-            // Every run is written; a row back for each would only be dropped.
-            OnConflict::Complete => {
-                query
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(sql("storing runs"))?;
-            }
-        }
+        let rows = query
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(sql("storing runs"))?;
+        inserted.extend(rows.iter().map(|row| row.get::<String, _>("id")));
     }
     Ok(inserted)
 }
@@ -2654,7 +2641,6 @@ async fn set_mark(
 fn check_batch(
     uploads: &[ResultUpload],
     runs: &HashMap<String, RunRecord>,
-    handed_out: &HashSet<String>,
 ) -> (Vec<Step>, Vec<Accepted>) {
     let mut steps = Vec::with_capacity(uploads.len());
     let mut accepted: Vec<Accepted> = Vec::new();
@@ -2679,7 +2665,7 @@ fn check_batch(
             steps.push(Step::Done(Box::new(Ok((Ingest::Duplicate, run.clone())))));
             continue;
         }
-        match Accepted::check(run, upload, !handed_out.contains(&run.id)) {
+        match Accepted::check(run, upload) {
             Ok(candidate) => {
                 first_of.insert(&upload.run_id);
                 steps.push(Step::Accepted(accepted.len()));
@@ -2701,8 +2687,6 @@ enum Step {
 /// An upload that passed the checks, with what will be stored for it.
 struct Accepted {
     run: RunRecord,
-    /// The run has a row to update; a handed-out light run gets its row now.
-    has_row: bool,
     /// "completed" or "failed".
     outcome: &'static str,
     start_us: i64,
@@ -2714,11 +2698,7 @@ struct Accepted {
 }
 
 impl Accepted {
-    fn check(
-        run: &RunRecord,
-        upload: &ResultUpload,
-        has_row: bool,
-    ) -> Result<Accepted, IngestRefusal> {
+    fn check(run: &RunRecord, upload: &ResultUpload) -> Result<Accepted, IngestRefusal> {
         let (raw, metrics, packets) = match (&upload.outcome, &upload.result) {
             (RunOutcome::Completed, Some(result)) => {
                 match crate::capture_packets::detach(&run.test, result) {
@@ -2750,7 +2730,6 @@ impl Accepted {
         };
         Ok(Accepted {
             run: run.clone(),
-            has_row,
             outcome: match upload.outcome {
                 RunOutcome::Completed => "completed",
                 RunOutcome::Failed => "failed",
@@ -2766,14 +2745,64 @@ impl Accepted {
 
     /// The run as it is once this result is stored.
     fn completed_run(&self) -> RunRecord {
-        RunRecord {
+        Outcome {
             state: RunState::parse(self.outcome),
+            start_us: self.start_us,
+            end_us: self.end_us,
+            error: self.error.clone(),
+        }
+        .applied_to(self.run.clone())
+    }
+}
+
+/// How a run's stored result went.
+struct Outcome {
+    /// Completed or failed.
+    state: RunState,
+    start_us: i64,
+    end_us: i64,
+    error: Option<String>,
+}
+
+impl Outcome {
+    /// `run` as it stands with this result.
+    fn applied_to(self, run: RunRecord) -> RunRecord {
+        RunRecord {
+            state: self.state,
             actual_start_us: Some(self.start_us),
             actual_end_us: Some(self.end_us),
-            reason: self.error.clone(),
-            ..self.run.clone()
+            reason: self.error,
+            ..run
         }
     }
+}
+
+/// The results stored for the runs `ids`, by run id, read on `connection`.
+async fn outcomes_of(
+    connection: &mut sqlx::AnyConnection,
+    backend: Backend,
+    ids: &[&str],
+) -> Result<HashMap<String, Outcome>, ArchiveError> {
+    let rows = rows_matching_on(
+        connection,
+        backend,
+        "SELECT run_id, outcome, start_us, end_us, error FROM results WHERE run_id IN",
+        ids,
+        "reading the results of handed-out runs",
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let outcome = Outcome {
+                state: RunState::parse(row.get("outcome")),
+                start_us: row.get("start_us"),
+                end_us: row.get("end_us"),
+                error: row.get("error"),
+            };
+            (row.get("run_id"), outcome)
+        })
+        .collect())
 }
 
 /// How the ingest writer writes on SQLite. A multi-row statement that may fail
@@ -2787,6 +2816,15 @@ impl Accepted {
 const SQLITE_INSERT: &str = "INSERT OR IGNORE";
 /// A run's new state: a run removed meanwhile is simply not updated, as before.
 const SQLITE_UPDATE: &str = "UPDATE OR IGNORE";
+
+/// How a transaction takes the sweep lock (see [`Archive::lock_against_sweeps`]).
+#[derive(Clone, Copy)]
+enum SweepLock {
+    /// A group commit's.
+    Shared,
+    /// A sweep's.
+    Exclusive,
+}
 
 /// Fails when a set insert on SQLite skipped some of its `expected` rows.
 fn all_written(table: &'static str, expected: usize, written: u64) -> Result<(), ArchiveError> {
@@ -2830,7 +2868,43 @@ fn chunk_rows(backend: Backend) -> usize {
 /// each prepared once per connection, below either database's limit on bind
 /// parameters, and with one statement per chunk rather than per row.
 fn row_chunks<T>(backend: Backend, rows: &[T]) -> Vec<&[T]> {
-    let most = chunk_rows(backend);
+    chunks_of(rows, chunk_rows(backend))
+}
+
+/// Most keys one statement of [`rows_matching_on`] looks up: a sweep looks up the
+/// results of 64 000 runs, which at [`chunk_rows`] would be 2 000 statements on
+/// PostgreSQL.
+const KEYS_PER_LOOKUP: usize = 1024;
+
+/// The rows `select` (a query ending in `… IN`) finds for `keys` on `connection`, a
+/// set of at most [`KEYS_PER_LOOKUP`] keys per statement.
+async fn rows_matching_on(
+    connection: &mut sqlx::AnyConnection,
+    backend: Backend,
+    select: &str,
+    keys: &[&str],
+    doing: &'static str,
+) -> Result<Vec<AnyRow>, ArchiveError> {
+    let mut rows = Vec::with_capacity(keys.len());
+    for chunk in chunks_of(keys, KEYS_PER_LOOKUP) {
+        let text = format!("{select} ({})", placeholders(backend, chunk.len()));
+        let mut query = sqlx::query(&text);
+        for key in chunk {
+            query = query.bind(*key);
+        }
+        rows.extend(
+            query
+                .fetch_all(&mut *connection)
+                .await
+                .map_err(sql(doing))?,
+        );
+    }
+    Ok(rows)
+}
+
+/// `rows` cut into chunks of `most`, then the rest in powers of two (see
+/// [`row_chunks`]).
+fn chunks_of<T>(rows: &[T], most: usize) -> Vec<&[T]> {
     let mut chunks = Vec::new();
     let mut rest = rows;
     while !rest.is_empty() {

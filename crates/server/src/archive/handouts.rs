@@ -5,12 +5,16 @@
 //! result, they were three of every four row writes the archive made, and SQLite's one
 //! writer fell behind. Now the light runs one fetch hands out are one row: the window of
 //! nominal starts it placed and a compact document of its runs (what a task's runs
-//! share once, each claimed resource named once). A run's row in `runs` is written once,
-//! with its result ([`Archive::ingest_batch`]); until then the archive reads the run from
-//! its hand-out wherever runs are asked for: an upload's check, an agent's
-//! resynchronisation, the runs a planning pass places around, the runs API. Once every
-//! run of a hand-out is overdue the planner sweeps it ([`Archive::sweep_handouts`]): the
-//! runs that have no row by then are stored as missed, and the hand-out is deleted.
+//! share once, each claimed resource named once). A run that reports gets no row in
+//! `runs` either: its result (`results`, by run id) says how it went, and the archive
+//! reads the run from its hand-out, with its result's state and times, wherever runs are
+//! asked for: an upload's check, an agent's resynchronisation, the runs a planning pass
+//! places around, the runs API. A row per reported run, with its three index entries,
+//! was half of what a fleet's results wrote. Once every run of a hand-out is overdue the
+//! planner sweeps it ([`Archive::sweep_handouts`]): the runs without a result by then are
+//! stored as missed, rows of their own, and the hand-out is kept, as the record of its
+//! reported runs, until retention deletes it; the planner mark [`SWEPT_UNTIL`] says
+//! which hand-outs are swept.
 
 use std::borrow::Cow;
 
@@ -179,6 +183,19 @@ impl Document<'_> {
     }
 }
 
+/// Planner mark: every hand-out whose runs all end by this time (`reach_us`) is swept.
+/// A fetch hands out runs that have not started, never ones past the miss grace, so a
+/// hand-out stored later never ends before it.
+pub const SWEPT_UNTIL: &str = "handouts_swept_until";
+
+/// The SQL value of [`SWEPT_UNTIL`], or the earliest time before the first sweep.
+pub(super) fn swept_until_sql() -> String {
+    format!(
+        "COALESCE((SELECT value FROM planner_state WHERE name = '{SWEPT_UNTIL}'), {})",
+        i64::MIN
+    )
+}
+
 /// Most hand-outs one pass sweeps (about a thousand runs each at a thousand agents):
 /// the rest wait for the next pass, so that one sweep after the server fell behind does
 /// not hold the writer for all of them at once.
@@ -293,14 +310,7 @@ impl Archive {
                 return Ok(Vec::new());
             }
         }
-        insert_run_rows(
-            &mut tx,
-            self.backend,
-            non_starts,
-            now_us(),
-            OnConflict::Skip,
-        )
-        .await?;
+        insert_run_rows(&mut tx, self.backend, non_starts, now_us()).await?;
         for &(name, value) in marks {
             set_mark(&mut tx, name, value).await?;
         }
@@ -313,7 +323,6 @@ impl Archive {
         &self,
         uploads: &[&ResultUpload],
     ) -> Result<HashMap<String, RunRecord>, ArchiveError> {
-        const DOING: &str = "reading handed-out runs";
         let mut by_agent: BTreeMap<&str, Vec<&ResultUpload>> = BTreeMap::new();
         for upload in uploads {
             by_agent.entry(&upload.agent).or_default().push(upload);
@@ -321,33 +330,81 @@ impl Archive {
         let mut found = HashMap::new();
         for (agent, uploads) in by_agent {
             let wanted: HashSet<&str> = uploads.iter().map(|u| u.run_id.as_str()).collect();
-            let earliest_us = uploads.iter().map(|u| to_us(u.actual_start)).min();
-            let latest_us = uploads.iter().map(|u| to_us(u.actual_end)).max();
-            // The hand-outs around the measured times first (one or two of the three or
-            // four an agent holds), then, for runs still not found, all of them.
-            let near = sqlx::query(
-                "SELECT client, runs FROM light_handouts WHERE client = $1 \
-                 AND reach_us >= $2 AND first_start_us <= $3",
-            )
-            .bind(agent)
-            .bind(earliest_us.unwrap_or(0).saturating_sub(LOOKUP_MARGIN_US))
-            .bind(latest_us.unwrap_or(0).saturating_add(LOOKUP_MARGIN_US))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(sql(DOING))?;
-            let wanted_here = |id: &str, _, _| wanted.contains(id);
-            let mut runs = runs_of_rows(&near, wanted_here)?;
-            if runs.len() < wanted.len() {
-                let all = sqlx::query("SELECT client, runs FROM light_handouts WHERE client = $1")
-                    .bind(agent)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(sql(DOING))?;
-                runs = runs_of_rows(&all, wanted_here)?;
-            }
+            let measured_us = (
+                uploads.iter().map(|u| to_us(u.actual_start)).min(),
+                uploads.iter().map(|u| to_us(u.actual_end)).max(),
+            );
+            let runs = self.handed_out_of(agent, &wanted, measured_us).await?;
             found.extend(runs.into_iter().map(|run| (run.id.clone(), run)));
         }
         Ok(found)
+    }
+
+    /// The runs of `agent`'s hand-outs with the `wanted` ids, as handed out, for runs
+    /// measured within `(earliest_us, latest_us)`: the hand-outs around those times
+    /// first (one or two of the three or four an agent's horizon holds), then, for
+    /// runs still not found, all of the agent's hand-outs not swept yet. (A run of a
+    /// swept hand-out has its result or its row by then.)
+    async fn handed_out_of(
+        &self,
+        agent: &str,
+        wanted: &HashSet<&str>,
+        (earliest_us, latest_us): (Option<i64>, Option<i64>),
+    ) -> Result<Vec<RunRecord>, ArchiveError> {
+        const DOING: &str = "reading handed-out runs";
+        let near = sqlx::query(
+            "SELECT client, runs FROM light_handouts WHERE client = $1 \
+             AND reach_us >= $2 AND first_start_us <= $3",
+        )
+        .bind(agent)
+        .bind(earliest_us.unwrap_or(0).saturating_sub(LOOKUP_MARGIN_US))
+        .bind(latest_us.unwrap_or(0).saturating_add(LOOKUP_MARGIN_US))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql(DOING))?;
+        let wanted_here = |id: &str, _, _| wanted.contains(id);
+        let runs = runs_of_rows(&near, wanted_here)?;
+        if runs.len() == wanted.len() {
+            return Ok(runs);
+        }
+        let unswept = sqlx::query(&format!(
+            "SELECT client, runs FROM light_handouts WHERE client = $1 AND reach_us > {}",
+            swept_until_sql()
+        ))
+        .bind(agent)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql(DOING))?;
+        let mut runs = runs;
+        let found: HashSet<String> = runs.iter().map(|run| run.id.clone()).collect();
+        runs.extend(runs_of_rows(&unswept, |id, _, _| {
+            wanted.contains(id) && !found.contains(id)
+        })?);
+        Ok(runs)
+    }
+
+    /// The handed-out run `run_id` once it has reported (it has no row), as it stands:
+    /// found from its result's agent and times. (A run measured minutes from its plan,
+    /// by an agent's clock that far off, is found this way only until its hand-out is
+    /// swept; the runs API still lists it.)
+    pub(super) async fn reported_handed_out_run(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<RunRecord>, ArchiveError> {
+        let Some(result) =
+            sqlx::query("SELECT client, start_us, end_us FROM results WHERE run_id = $1")
+                .bind(run_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(sql("reading a run"))?
+        else {
+            return Ok(None);
+        };
+        let client: String = result.get("client");
+        let measured_us = (Some(result.get("start_us")), Some(result.get("end_us")));
+        let wanted = HashSet::from([run_id]);
+        let runs = self.handed_out_of(&client, &wanted, measured_us).await?;
+        Ok(self.settled(runs).await?.pop())
     }
 
     /// `agent`'s handed-out runs that have not ended by `now_us` and have no result.
@@ -365,11 +422,16 @@ impl Archive {
         .await
         .map_err(sql("reading handed-out runs"))?;
         let runs = runs_of_rows(&rows, |_, _, end_us| end_us > now_us)?;
-        self.without_rows(runs).await
+        Ok(self
+            .settled(runs)
+            .await?
+            .into_iter()
+            .filter(|run| run.state == RunState::Dispatched)
+            .collect())
     }
 
     /// Handed-out runs planned to end after `ends_after_us` and start before
-    /// `starts_before_us` that have no row yet (those with one are read as rows).
+    /// `starts_before_us`, as they stand (see [`Archive::settled`]).
     pub(super) async fn handed_out_between(
         &self,
         ends_after_us: i64,
@@ -386,7 +448,28 @@ impl Archive {
         let runs = runs_of_rows(&rows, |_, start_us, end_us| {
             end_us > ends_after_us && start_us < starts_before_us
         })?;
-        self.without_rows(runs).await
+        self.settled(runs).await
+    }
+
+    /// Handed-out `runs` as they stand: those with a row of their own left out (a
+    /// sweep's missed record, or its late result, which is read as that row), and
+    /// those with a result completed or failed by it, with its times.
+    async fn settled(&self, runs: Vec<RunRecord>) -> Result<Vec<RunRecord>, ArchiveError> {
+        let runs = self.without_rows(runs).await?;
+        let ids: Vec<&str> = runs.iter().map(|run| run.id.as_str()).collect();
+        let mut connection = self
+            .pool
+            .acquire()
+            .await
+            .map_err(sql("reading handed-out runs"))?;
+        let mut reported = outcomes_of(&mut connection, self.backend, &ids).await?;
+        Ok(runs
+            .into_iter()
+            .map(|run| match reported.remove(&run.id) {
+                Some(outcome) => outcome.applied_to(run),
+                None => run,
+            })
+            .collect())
     }
 
     /// The ids of the runs with a row in `runs` among each agent's runs planned to start
@@ -437,31 +520,43 @@ impl Archive {
     }
 
     /// Sweeps the hand-outs whose every run ended before `overdue_before_us`, the
-    /// [`SWEPT_AT_ONCE`] that ended first: the runs that have no row by then (no result
-    /// came) are stored as missed and returned, and the hand-outs are deleted, in one
-    /// transaction.
+    /// [`SWEPT_AT_ONCE`] that ended first (and any that end with the last of them): the
+    /// runs that have neither a result nor a row by then are stored as missed and
+    /// returned, and [`SWEPT_UNTIL`] moves past the hand-outs, in one transaction.
     pub async fn sweep_handouts(
         &self,
         overdue_before_us: i64,
     ) -> Result<Vec<RunRecord>, ArchiveError> {
         const DOING: &str = "sweeping handed-out runs";
-        // Read, and the runs with a result found, before the write transaction: read
-        // inside it, a sweep of a fleet's hand-outs held the one writer through hundreds
-        // of reads on the other connections, and every upload and hand-out waited. A
-        // result stored after these reads has its run's row by the insert below, which
-        // then skips the run and so does not return it missed; a hand-out is immutable
-        // until it is deleted, and only those read here are.
-        let rows = sqlx::query(&format!(
-            "SELECT client, from_us, first_start_us, reach_us, runs FROM light_handouts \
-             WHERE reach_us < $1 ORDER BY reach_us LIMIT {SWEPT_AT_ONCE}"
+        // Read, and the runs with a result or a row found, before the write
+        // transaction: read inside it, a sweep of a fleet's hand-outs held the one
+        // writer through hundreds of reads on the other connections, and every upload
+        // and hand-out waited. The few runs found without either are looked for again
+        // inside it, where no result can be stored beside it (see
+        // [`Archive::lock_against_sweeps`]); a hand-out is immutable.
+        let last_reach_us: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT reach_us FROM light_handouts WHERE reach_us > {} AND reach_us < $1 \
+             ORDER BY reach_us LIMIT 1 OFFSET {}",
+            swept_until_sql(),
+            SWEPT_AT_ONCE - 1
         ))
         .bind(overdue_before_us)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql(DOING))?;
+        let rows = sqlx::query(&format!(
+            "SELECT client, from_us, first_start_us, reach_us, runs FROM light_handouts \
+             WHERE reach_us > {} AND reach_us <= $1",
+            swept_until_sql()
+        ))
+        .bind(last_reach_us.unwrap_or(overdue_before_us - 1))
         .fetch_all(&self.pool)
         .await
         .map_err(sql(DOING))?;
-        if rows.is_empty() {
+        let Some(swept_until_us) = rows.iter().map(|row| row.get::<i64, _>("reach_us")).max()
+        else {
             return Ok(Vec::new());
-        }
+        };
         // A hand-out's runs start no later than its latest end (`reach_us`).
         let extents: Vec<(String, i64, i64)> = rows
             .iter()
@@ -477,9 +572,27 @@ impl Archive {
         for (client, first_start_us, reach_us) in &extents {
             widen(&mut spans, client, *first_start_us, *reach_us);
         }
-        let stored = self.stored_run_ids(&spans).await?;
-        let missed: Vec<RunRecord> = runs_of_rows(&rows, |id, _, _| !stored.contains(id))?
+        let with_rows = self.stored_run_ids(&spans).await?;
+        let unrecorded = runs_of_rows(&rows, |id, _, _| !with_rows.contains(id))?;
+        let reported = {
+            let ids: Vec<&str> = unrecorded.iter().map(|run| run.id.as_str()).collect();
+            let mut connection = self.pool.acquire().await.map_err(sql(DOING))?;
+            outcomes_of(&mut connection, self.backend, &ids).await?
+        };
+        let unreported: Vec<RunRecord> = unrecorded
             .into_iter()
+            .filter(|run| !reported.contains_key(&run.id))
+            .collect();
+        let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
+        self.lock_against_sweeps(&mut tx, SweepLock::Exclusive)
+            .await?;
+        let reported_since = {
+            let ids: Vec<&str> = unreported.iter().map(|run| run.id.as_str()).collect();
+            outcomes_of(&mut tx, self.backend, &ids).await?
+        };
+        let missed: Vec<RunRecord> = unreported
+            .into_iter()
+            .filter(|run| !reported_since.contains_key(&run.id))
             .map(|run| RunRecord {
                 state: RunState::Missed,
                 reason: Some(format!(
@@ -489,21 +602,17 @@ impl Archive {
                 ..run
             })
             .collect();
-        let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
-        let inserted =
-            insert_run_rows(&mut tx, self.backend, &missed, now_us(), OnConflict::Skip).await?;
-        // The hand-outs read, by key, in one statement.
-        let delete = format!(
-            "DELETE FROM light_handouts WHERE (client, from_us) IN (VALUES {})",
-            value_rows(self.backend, 2, rows.len())
-        );
-        let mut query = sqlx::query(&delete);
-        for row in &rows {
-            query = query
-                .bind(row.get::<String, _>("client"))
-                .bind(row.get::<i64, _>("from_us"));
-        }
-        query.execute(&mut *tx).await.map_err(sql(DOING))?;
+        let inserted = insert_run_rows(&mut tx, self.backend, &missed, now_us()).await?;
+        // Never lowered: a sweep by an earlier leader may still be finishing.
+        sqlx::query(
+            "INSERT INTO planner_state (name, value) VALUES ($1, $2) ON CONFLICT (name) \
+             DO UPDATE SET value = excluded.value WHERE planner_state.value < excluded.value",
+        )
+        .bind(SWEPT_UNTIL)
+        .bind(swept_until_us)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql(DOING))?;
         tx.commit().await.map_err(sql(DOING))?;
         Ok(missed
             .into_iter()

@@ -11,7 +11,7 @@ use fixtures::{latency_result, run_record, upload};
 use serde_json::json;
 use vantage_model::control::ResultUpload;
 use vantage_scheduler::{AgentInfo, ClaimMode};
-use vantage_server::archive::{now_us, Ingest, RunRecord, RunState};
+use vantage_server::archive::{now_us, to_us, Archive, Ingest, RunRecord, RunState};
 use vantage_server::planner::PlannerOptions;
 use vantage_server::poll_hints::Freshness;
 
@@ -1859,8 +1859,9 @@ async fn apply_latency_mesh(archive: &vantage_server::archive::Archive, directio
 }
 
 /// Light runs handed out at a fetch are one hand-out, not a row each: they are read from
-/// it (the runs API, an agent's resynchronisation, an upload's check), a run gets its row
-/// with its result, and once they are all overdue the planner records the rest missed.
+/// it (the runs API, an agent's resynchronisation, an upload's check), a run that
+/// reports is read from it with its result's state and times (it gets no row), and once
+/// they are all overdue the planner records the rest missed and keeps the hand-out.
 async fn handed_out_runs_scenario(kind: Kind) {
     let (_db, archive, state) = planner_scenario(kind, "handout", &["m1", "m2", "m3"]).await;
     apply_latency_mesh(&archive, "one").await;
@@ -1906,7 +1907,8 @@ async fn handed_out_runs_scenario(kind: Kind) {
         assert!(resynchronised.contains(run), "{} not given again", run.id);
     }
 
-    // An upload is checked against its handed-out run, and completes it in its own row.
+    // An upload is checked against its handed-out run, and completes it: no row of its
+    // own, read from its hand-out with its result.
     let first = &placed[0];
     let upload_of = |run: &RunRecord, agent: &str| -> ResultUpload {
         serde_json::from_value(upload(&run.id, agent, 250.0)).unwrap()
@@ -1932,11 +1934,32 @@ async fn handed_out_runs_scenario(kind: Kind) {
         .run(&first.id)
         .await
         .unwrap()
-        .expect("the run's row");
+        .expect("the run, from its hand-out");
     assert_eq!(stored.state, RunState::Completed);
     assert_eq!(
         (stored.planned_start_us, stored.spec.clone()),
         (first.planned_start_us, first.spec.clone())
+    );
+    assert_eq!(
+        (stored.actual_start_us, stored.actual_end_us),
+        (
+            Some(to_us(far_off.actual_start)),
+            Some(to_us(far_off.actual_end))
+        )
+    );
+    assert_eq!(
+        archive
+            .runs_between(0, i64::MAX)
+            .await
+            .unwrap()
+            .iter()
+            .find(|run| run.id == first.id),
+        Some(&stored)
+    );
+    assert_eq!(
+        rows_of_run(&archive, &first.id).await,
+        0,
+        "a handed-out run that reported has no row"
     );
     assert!(
         !archive
@@ -1998,6 +2021,38 @@ async fn handed_out_runs_scenario(kind: Kind) {
         archive.run(&placed[1].id).await.unwrap().unwrap().state,
         RunState::Completed
     );
+    // The swept hand-out is kept: its reported run is still listed as it went; a
+    // second sweep finds nothing more to record.
+    let listed: std::collections::HashMap<String, RunRecord> = archive
+        .runs_between(0, i64::MAX)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|run| run.client == "m1")
+        .map(|run| (run.id.clone(), run))
+        .collect();
+    assert_eq!(listed.len(), placed.len(), "{listed:#?}");
+    assert_eq!(listed[&first.id], stored);
+    assert_eq!(listed[&placed[1].id].state, RunState::Completed);
+    assert!(archive.sweep_handouts(now_us()).await.unwrap().is_empty());
+    // Retention deletes swept hand-outs with the runs of their age.
+    let deleted = archive.apply_retention(now_us()).await.unwrap();
+    assert_eq!(deleted.light_handouts, 1, "{deleted:?}");
+    assert!(!archive
+        .runs_between(0, i64::MAX)
+        .await
+        .unwrap()
+        .iter()
+        .any(|run| run.id == first.id));
+}
+
+/// How many rows of `runs` have the id `run_id`.
+async fn rows_of_run(archive: &Archive, run_id: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE id = $1")
+        .bind(run_id)
+        .fetch_one(archive.pool())
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
