@@ -2433,8 +2433,8 @@ impl Archive {
         Ok(true)
     }
 
-    /// Deletes results, finished runs (rows, and swept hand-outs), app metrics, SLA verdicts and diagnosis jobs
-    /// older than `cutoff_us`.
+    /// Deletes results, finished runs (rows, and swept hand-outs), app metrics, SLA
+    /// verdicts and diagnosis jobs older than `cutoff_us`.
     pub async fn apply_retention(&self, cutoff_us: i64) -> Result<RetentionReport, ArchiveError> {
         let delete = |text: &str| {
             let pool = self.pool.clone();
@@ -2765,6 +2765,16 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// The outcome of a row of `results` read with its `outcome, start_us, end_us, error`.
+    fn from_row(row: &AnyRow) -> Outcome {
+        Outcome {
+            state: RunState::parse(row.get("outcome")),
+            start_us: row.get("start_us"),
+            end_us: row.get("end_us"),
+            error: row.get("error"),
+        }
+    }
+
     /// `run` as it stands with this result.
     fn applied_to(self, run: RunRecord) -> RunRecord {
         RunRecord {
@@ -2793,16 +2803,27 @@ async fn outcomes_of(
     .await?;
     Ok(rows
         .iter()
-        .map(|row| {
-            let outcome = Outcome {
-                state: RunState::parse(row.get("outcome")),
-                start_us: row.get("start_us"),
-                end_us: row.get("end_us"),
-                error: row.get("error"),
-            };
-            (row.get("run_id"), outcome)
-        })
+        .map(|row| (row.get("run_id"), Outcome::from_row(row)))
         .collect())
+}
+
+/// Which of the runs `ids` have a stored result, read on `connection`: on SQLite from
+/// the results' index of run ids alone, without reading each result's row (a sweep
+/// asks about 64 000 runs at a time).
+async fn reported_ids(
+    connection: &mut sqlx::AnyConnection,
+    backend: Backend,
+    ids: &[&str],
+) -> Result<HashSet<String>, ArchiveError> {
+    let rows = rows_matching_on(
+        connection,
+        backend,
+        "SELECT run_id FROM results WHERE run_id IN",
+        ids,
+        "reading which handed-out runs reported",
+    )
+    .await?;
+    Ok(rows.iter().map(|row| row.get("run_id")).collect())
 }
 
 /// How the ingest writer writes on SQLite. A multi-row statement that may fail

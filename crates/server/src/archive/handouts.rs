@@ -391,20 +391,25 @@ impl Archive {
         &self,
         run_id: &str,
     ) -> Result<Option<RunRecord>, ArchiveError> {
-        let Some(result) =
-            sqlx::query("SELECT client, start_us, end_us FROM results WHERE run_id = $1")
-                .bind(run_id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(sql("reading a run"))?
+        let Some(result) = sqlx::query(
+            "SELECT client, outcome, start_us, end_us, error FROM results WHERE run_id = $1",
+        )
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql("reading a run"))?
         else {
             return Ok(None);
         };
         let client: String = result.get("client");
-        let measured_us = (Some(result.get("start_us")), Some(result.get("end_us")));
+        let outcome = Outcome::from_row(&result);
+        let measured_us = (Some(outcome.start_us), Some(outcome.end_us));
         let wanted = HashSet::from([run_id]);
-        let runs = self.handed_out_of(&client, &wanted, measured_us).await?;
-        Ok(self.settled(runs).await?.pop())
+        let run = self
+            .handed_out_of(&client, &wanted, measured_us)
+            .await?
+            .pop();
+        Ok(run.map(|run| outcome.applied_to(run)))
     }
 
     /// `agent`'s handed-out runs that have not ended by `now_us` and have no result.
@@ -545,7 +550,7 @@ impl Archive {
         .await
         .map_err(sql(DOING))?;
         let rows = sqlx::query(&format!(
-            "SELECT client, from_us, first_start_us, reach_us, runs FROM light_handouts \
+            "SELECT client, first_start_us, reach_us, runs FROM light_handouts \
              WHERE reach_us > {} AND reach_us <= $1",
             swept_until_sql()
         ))
@@ -577,22 +582,22 @@ impl Archive {
         let reported = {
             let ids: Vec<&str> = unrecorded.iter().map(|run| run.id.as_str()).collect();
             let mut connection = self.pool.acquire().await.map_err(sql(DOING))?;
-            outcomes_of(&mut connection, self.backend, &ids).await?
+            reported_ids(&mut connection, self.backend, &ids).await?
         };
         let unreported: Vec<RunRecord> = unrecorded
             .into_iter()
-            .filter(|run| !reported.contains_key(&run.id))
+            .filter(|run| !reported.contains(&run.id))
             .collect();
         let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
         self.lock_against_sweeps(&mut tx, SweepLock::Exclusive)
             .await?;
         let reported_since = {
             let ids: Vec<&str> = unreported.iter().map(|run| run.id.as_str()).collect();
-            outcomes_of(&mut tx, self.backend, &ids).await?
+            reported_ids(&mut tx, self.backend, &ids).await?
         };
         let missed: Vec<RunRecord> = unreported
             .into_iter()
-            .filter(|run| !reported_since.contains_key(&run.id))
+            .filter(|run| !reported_since.contains(&run.id))
             .map(|run| RunRecord {
                 state: RunState::Missed,
                 reason: Some(format!(
