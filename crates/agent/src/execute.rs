@@ -178,7 +178,7 @@ fn read_spec<T>(
     read: impl FnOnce(&Spec<'_>, &Target) -> T,
 ) -> Result<T, String> {
     let empty = serde_json::Map::new();
-    let values = match &run.spec {
+    let values = match &*run.spec {
         Value::Object(values) => values,
         Value::Null => &empty,
         _ => return Err("spec: expected an object".to_string()),
@@ -244,7 +244,7 @@ mod tests {
             server: "b".into(),
             server_address: "127.0.0.1".into(),
             server_port: 9,
-            spec,
+            spec: spec.into(),
             reverse: false,
             planned_start: Utc::now(),
             planned_end: Utc::now(),
@@ -324,7 +324,8 @@ mod tests {
             (ThroughputProtocol::Udp, Some(100_000_000))
         );
         // The spec's own reverse and the NAT orientation compose: both = forward.
-        assigned.spec = serde_json::json!({"tool": "iperf3", "reverse": true, "bytes": "1M"});
+        assigned.spec =
+            serde_json::json!({"tool": "iperf3", "reverse": true, "bytes": "1M"}).into();
         let spec = reversed(&assigned);
         assert_eq!(spec.direction, Direction::Forward);
         assert_eq!(spec.tool, ThroughputTool::Iperf3);

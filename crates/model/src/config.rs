@@ -15,6 +15,7 @@
 //!    found, each with its path such as `tasks[2].every`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -325,8 +326,10 @@ pub struct TestDef {
     pub kind: KindRef,
     /// Parameters with every default the reservation depends on filled in, in
     /// the CLI's vocabulary (DUR/BPS/size strings as written). Agents run
-    /// exactly this, so the run fits the time the scheduler reserved for it.
-    pub spec: Value,
+    /// exactly this, so the run fits the time the scheduler reserved for it. Shared
+    /// (not copied) by every run of the test: a thousand-agent mesh plans, hands out
+    /// and checks tens of thousands of runs a second.
+    pub spec: Arc<Value>,
     pub scheduling: SchedulingClass,
     /// How long the scheduler reserves resources for one run (test time plus
     /// a setup guard, or the `reserve` parameter when given).
@@ -1088,7 +1091,7 @@ fn validate_test(path: &str, test: &TestConfig, errors: &mut Vec<ConfigError>) -
     Some(TestDef {
         name: test.name.clone(),
         kind,
-        spec: Value::Object(spec),
+        spec: Arc::new(Value::Object(spec)),
         scheduling,
         reserve,
     })

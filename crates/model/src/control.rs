@@ -78,8 +78,9 @@ pub struct AssignedRun {
     /// Where the server agent's endpoint listens.
     pub server_address: String,
     pub server_port: u16,
-    /// Test parameters (the test's spec object, e.g. `count`, `interval`, `duration`).
-    pub spec: serde_json::Value,
+    /// Test parameters (the test's spec object, e.g. `count`, `interval`, `duration`),
+    /// shared by the runs of one test.
+    pub spec: std::sync::Arc<serde_json::Value>,
     /// Throughput only: the server agent sends, because it cannot be reached as a client.
     pub reverse: bool,
     pub planned_start: DateTime<Utc>,

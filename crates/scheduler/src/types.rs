@@ -70,8 +70,8 @@ pub struct PlannedRun {
     pub end: DateTime<Utc>,
     pub priority: i32,
     pub claims: Vec<Claim>,
-    /// Test parameters to run (the test definition's normalised spec).
-    pub spec: serde_json::Value,
+    /// Test parameters to run (the test definition's normalised spec, shared).
+    pub spec: std::sync::Arc<serde_json::Value>,
     /// Campaign round (0-based) for runs of exclusive tasks.
     pub campaign_round: Option<u32>,
 }

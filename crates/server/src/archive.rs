@@ -190,7 +190,8 @@ pub struct RunRecord {
     pub server: String,
     /// The external host (HOST or HOST:PORT) when the server side is not an agent.
     pub target: Option<String>,
-    pub spec: serde_json::Value,
+    /// Shared by the runs of one test definition or hand-out.
+    pub spec: Arc<serde_json::Value>,
     /// Holds both agents (and any declared segment) exclusively.
     pub exclusive: bool,
     /// Throughput: the server agent sends (NAT orientation).
@@ -1508,7 +1509,7 @@ impl Archive {
         // out, and whether a result is new is decided in the transaction. On SQLite
         // this keeps the read and the checks out of the one writer's critical path.
         let runs = self.runs_by_id(uploads).await?;
-        let (steps, accepted) = check_batch(uploads, &runs);
+        let (steps, accepted) = check_batch(uploads, runs);
         let queue = self
             .group_commit
             .as_ref()
@@ -1519,19 +1520,21 @@ impl Archive {
             .await
             .map_err(|_| ArchiveError::WriterStopped)?;
         let (accepted, stored) = outcome.await.map_err(|_| ArchiveError::WriterStopped)??;
+        // Each accepted upload is answered once: its record moves into the answer.
+        let mut accepted: Vec<Option<Accepted>> = accepted.into_iter().map(Some).collect();
         Ok(steps
             .into_iter()
             .map(|step| match step {
                 Step::Done(outcome) => *outcome,
                 Step::Accepted(index) => {
-                    let candidate = &accepted[index];
+                    let candidate = accepted[index]
+                        .take()
+                        .expect("a step names each accepted upload once");
                     if stored[index] {
-                        Ok((
-                            Ingest::Stored(candidate.metrics.clone()),
-                            candidate.completed_run(),
-                        ))
+                        let metrics = candidate.metrics.clone();
+                        Ok((Ingest::Stored(metrics), candidate.into_completed_run()))
                     } else {
-                        Ok((Ingest::Duplicate, candidate.run.clone()))
+                        Ok((Ingest::Duplicate, candidate.run))
                     }
                 }
             })
@@ -2640,13 +2643,18 @@ async fn set_mark(
 /// each, and the uploads to store, which [`Step::Accepted`] indexes.
 fn check_batch(
     uploads: &[ResultUpload],
-    runs: &HashMap<String, RunRecord>,
+    mut runs: HashMap<String, RunRecord>,
 ) -> (Vec<Step>, Vec<Accepted>) {
     let mut steps = Vec::with_capacity(uploads.len());
     let mut accepted: Vec<Accepted> = Vec::new();
-    let mut first_of: HashSet<&str> = HashSet::new();
+    // The accepted upload of each run, by run id: the run's record moves into it.
+    let mut first_of: HashMap<&str, usize> = HashMap::new();
     for upload in uploads {
-        let Some(run) = runs.get(&upload.run_id) else {
+        let first = first_of.get(upload.run_id.as_str()).copied();
+        let Some(run) = first
+            .map(|index| &accepted[index].run)
+            .or_else(|| runs.get(&upload.run_id))
+        else {
             steps.push(Step::Done(Box::new(Err(IngestRefusal::UnknownRun(
                 upload.run_id.clone(),
             )))));
@@ -2661,15 +2669,16 @@ fn check_batch(
             continue;
         }
         // The same run twice in one batch: the first upload is the one stored.
-        if first_of.contains(upload.run_id.as_str()) {
+        if first.is_some() {
             steps.push(Step::Done(Box::new(Ok((Ingest::Duplicate, run.clone())))));
             continue;
         }
-        match Accepted::check(run, upload) {
-            Ok(candidate) => {
-                first_of.insert(&upload.run_id);
+        match Accepted::document(&run.test, upload) {
+            Ok(document) => {
+                let run = runs.remove(&upload.run_id).expect("found above");
+                first_of.insert(&upload.run_id, accepted.len());
                 steps.push(Step::Accepted(accepted.len()));
-                accepted.push(candidate);
+                accepted.push(Accepted::new(run, upload, document));
             }
             Err(refusal) => steps.push(Step::Done(Box::new(Err(refusal)))),
         }
@@ -2697,15 +2706,20 @@ struct Accepted {
     packets: Option<Vec<u8>>,
 }
 
+/// What an upload stores: its result document as text, the document's summary metrics,
+/// and the packets detached from it (a capture run's pcapng).
+type StoredDocument = (String, BTreeMap<String, f64>, Option<Vec<u8>>);
+
 impl Accepted {
-    fn check(run: &RunRecord, upload: &ResultUpload) -> Result<Accepted, IngestRefusal> {
-        let (raw, metrics, packets) = match (&upload.outcome, &upload.result) {
+    /// Checks an upload's document for its run's test `test`.
+    fn document(test: &str, upload: &ResultUpload) -> Result<StoredDocument, IngestRefusal> {
+        Ok(match (&upload.outcome, &upload.result) {
             (RunOutcome::Completed, Some(result)) => {
-                match crate::capture_packets::detach(&run.test, result) {
-                    Ok(None) => (result.to_string(), summary_metrics(&run.test, result), None),
+                match crate::capture_packets::detach(test, result) {
+                    Ok(None) => (result.to_string(), summary_metrics(test, result), None),
                     Ok(Some((document, packets))) => (
                         document.to_string(),
-                        summary_metrics(&run.test, &document),
+                        summary_metrics(test, &document),
                         Some(packets),
                     ),
                     Err(refusal) => {
@@ -2727,9 +2741,16 @@ impl Accepted {
                 BTreeMap::new(),
                 None,
             ),
-        };
-        Ok(Accepted {
-            run: run.clone(),
+        })
+    }
+
+    fn new(
+        run: RunRecord,
+        upload: &ResultUpload,
+        (raw, metrics, packets): StoredDocument,
+    ) -> Accepted {
+        Accepted {
+            run,
             outcome: match upload.outcome {
                 RunOutcome::Completed => "completed",
                 RunOutcome::Failed => "failed",
@@ -2740,18 +2761,18 @@ impl Accepted {
             raw,
             metrics,
             packets,
-        })
+        }
     }
 
     /// The run as it is once this result is stored.
-    fn completed_run(&self) -> RunRecord {
+    fn into_completed_run(self) -> RunRecord {
         Outcome {
             state: RunState::parse(self.outcome),
             start_us: self.start_us,
             end_us: self.end_us,
-            error: self.error.clone(),
+            error: self.error,
         }
-        .applied_to(self.run.clone())
+        .applied_to(self.run)
     }
 }
 
@@ -3038,7 +3059,7 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, ArchiveError> {
         client: row.get("client"),
         server: row.get("server"),
         target: row.get("target"),
-        spec: parse_json("run spec", &row.get::<String, _>("spec"))?,
+        spec: Arc::new(parse_json("run spec", &row.get::<String, _>("spec"))?),
         exclusive: row.get::<i64, _>("exclusive") != 0,
         reverse: row.get::<i64, _>("reverse") != 0,
         priority: row.get("priority"),

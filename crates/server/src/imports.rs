@@ -103,7 +103,7 @@ pub async fn store_capture(
         client: import.agent.clone(),
         server: import.agent.clone(),
         target: None,
-        spec: serde_json::json!({ "file": import.file }),
+        spec: serde_json::json!({ "file": import.file }).into(),
         exclusive: false,
         reverse: false,
         priority: 0,

@@ -354,7 +354,7 @@ fn non_start_record(non_start: NonStart, test_type: &str) -> RunRecord {
         client: non_start.from,
         server: non_start.to,
         target: None,
-        spec: serde_json::Value::Null,
+        spec: Arc::new(serde_json::Value::Null),
         exclusive: false,
         reverse: false,
         priority: 0,

@@ -28,7 +28,7 @@ async fn latency_at(
         client: client.into(),
         server: server.into(),
         target: None,
-        spec: json!({}),
+        spec: json!({}).into(),
         exclusive: false,
         reverse: false,
         priority: 0,

@@ -30,7 +30,7 @@ fn run(id: &str, task: &str, test: &str, start_us: i64) -> RunRecord {
         client: "a".into(),
         server: "b".into(),
         target: None,
-        spec: json!({}),
+        spec: json!({}).into(),
         exclusive: false,
         reverse: false,
         priority: 0,

@@ -16,7 +16,7 @@ fn scheduled_run(index: usize) -> RunRecord {
         client: client.clone(),
         server: "peer".into(),
         target: None,
-        spec: serde_json::json!({"duration": "10s"}),
+        spec: serde_json::json!({"duration": "10s"}).into(),
         exclusive: true,
         reverse: false,
         priority: 0,
