@@ -27,7 +27,8 @@ pub struct ServerArgs {
     /// How far ahead runs are planned (DUR).
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub horizon: std::time::Duration,
-    /// A run whose result is this late after its planned end is recorded as missed (DUR).
+    /// A run whose result is this late after its planned end is recorded as missed (DUR);
+    /// longer by the results' wait while uploads queue for the archive.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub miss_grace: std::time::Duration,
     /// Delete results and app metrics older than this (DUR, e.g. 720h); keep everything when absent.

@@ -7,7 +7,8 @@ use futures_util::future::BoxFuture;
 use vantage_model::control::ResultUpload;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -38,6 +39,40 @@ pub struct IngestPipeline {
     archive: Archive,
     consumers: Vec<Box<dyn ResultConsumer>>,
     slots: Arc<Semaphore>,
+    backlog: Mutex<Backlog>,
+}
+
+/// How long a backlog measured while every ingest slot was taken is taken as current.
+const BACKLOG_FRESH: Duration = Duration::from_secs(10);
+
+/// How far behind its uploads the pipeline is (see [`IngestPipeline::backlog`]).
+#[derive(Debug, Default)]
+pub struct Backlog {
+    /// When it was last measured behind, and by how much.
+    behind: Option<(Instant, Duration)>,
+}
+
+impl Backlog {
+    /// After a batch is stored: `lags`, each stored result's time from its measured
+    /// end to now, count only while `saturated` (uploads were waiting for a slot).
+    pub fn record(&mut self, saturated: bool, lags: &mut [Duration], at: Instant) {
+        if !saturated {
+            self.behind = None;
+        } else if !lags.is_empty() {
+            let middle = lags.len() / 2;
+            let (_, median, _) = lags.select_nth_unstable(middle);
+            self.behind = Some((at, *median));
+        }
+    }
+
+    /// The backlog as of `now`: none once [`BACKLOG_FRESH`] has passed without a
+    /// saturated batch.
+    pub fn behind(&self, now: Instant) -> Duration {
+        match self.behind {
+            Some((at, lag)) if now.saturating_duration_since(at) < BACKLOG_FRESH => lag,
+            _ => Duration::ZERO,
+        }
+    }
 }
 
 impl IngestPipeline {
@@ -46,7 +81,21 @@ impl IngestPipeline {
             archive,
             consumers,
             slots: Arc::new(Semaphore::new(INGEST_SLOTS)),
+            backlog: Mutex::new(Backlog::default()),
         }
+    }
+
+    /// How long results wait to be stored while uploads queue for the archive: the
+    /// median time from a run's measured end to its result's storing in the latest batch
+    /// stored while every ingest slot was taken; zero when uploads do not queue. The
+    /// planner waits this much longer before it records a run missed: a fleet whose
+    /// results queued past the miss grace had each of them stored as missed first and
+    /// then completed, two writes instead of one, and fell further behind for good.
+    pub fn backlog(&self) -> Duration {
+        self.backlog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .behind(Instant::now())
     }
 
     /// Waits for one of the [`INGEST_SLOTS`], in arrival order, before an upload's body
@@ -75,6 +124,19 @@ impl IngestPipeline {
         uploads: &[ResultUpload],
     ) -> Result<Vec<IngestOutcome>, ArchiveError> {
         let outcomes = self.archive.ingest_batch(uploads).await?;
+        let now = chrono::Utc::now();
+        let mut lags: Vec<Duration> = uploads
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| matches!(outcome, Ok((Ingest::Stored(_), _))))
+            .map(|(upload, _)| (now - upload.actual_end).to_std().unwrap_or_default())
+            .collect();
+        // This upload holds a slot itself: none free means others wait.
+        let saturated = self.slots.available_permits() == 0;
+        self.backlog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(saturated, &mut lags, Instant::now());
         for (upload, outcome) in uploads.iter().zip(&outcomes) {
             if let Ok((Ingest::Stored(metrics), run)) = outcome {
                 let new = NewResult {
@@ -107,5 +169,44 @@ fn summary(
         error: upload.error.clone(),
         metrics: metrics.clone(),
         result: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seconds(values: &[u64]) -> Vec<Duration> {
+        values.iter().map(|&s| Duration::from_secs(s)).collect()
+    }
+
+    #[test]
+    fn a_backlog_is_the_median_lag_of_a_batch_stored_while_uploads_queue() {
+        let at = Instant::now();
+        let mut backlog = Backlog::default();
+        backlog.record(true, &mut seconds(&[40, 2, 9, 11, 10]), at);
+        assert_eq!(backlog.behind(at), Duration::from_secs(10));
+        // Still current within BACKLOG_FRESH, gone after it.
+        assert_eq!(
+            backlog.behind(at + Duration::from_secs(9)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(backlog.behind(at + BACKLOG_FRESH), Duration::ZERO);
+        // A batch that stored nothing keeps the last measure.
+        backlog.record(true, &mut [], at);
+        assert_eq!(backlog.behind(at), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn results_stored_without_queueing_are_no_backlog_however_old() {
+        let at = Instant::now();
+        let mut backlog = Backlog::default();
+        // An agent's spool of last week, uploaded to an idle server.
+        backlog.record(false, &mut seconds(&[604_800, 604_700]), at);
+        assert_eq!(backlog.behind(at), Duration::ZERO);
+        // And a server that caught up forgets its backlog at once.
+        backlog.record(true, &mut seconds(&[30]), at);
+        backlog.record(false, &mut seconds(&[1]), at);
+        assert_eq!(backlog.behind(at), Duration::ZERO);
     }
 }

@@ -134,9 +134,16 @@ async fn overdue_loop(
     }
 }
 
+/// Most a backlog of uploads defers the recording of overdue runs (see
+/// [`record_overdue`]).
+const MOST_BACKLOG_DEFERRAL: Duration = Duration::from_secs(600);
+
 /// Records the runs still without a result `miss_grace` after their planned end as
 /// missed (rows not fetched or not reported, and the runs of hand-outs whose every run
-/// is overdue), and warns of them. Logs its time and each step's at debug level.
+/// is overdue), and warns of them. While uploads queue for the archive, the grace grows
+/// by the results' wait (the ingest pipeline's backlog, up to
+/// [`MOST_BACKLOG_DEFERRAL`]): a run whose result is queued has not missed. Logs its
+/// time and each step's at debug level.
 pub async fn record_overdue(
     state: &ServerState,
     options: &PlannerOptions,
@@ -144,7 +151,8 @@ pub async fn record_overdue(
     let began = std::time::Instant::now();
     let since = || began.elapsed().as_micros() as u64;
     let archive = &state.archive;
-    let overdue_before_us = now_us() - micros(options.miss_grace);
+    let backlog = state.ingest.backlog().min(MOST_BACKLOG_DEFERRAL);
+    let overdue_before_us = now_us() - micros(options.miss_grace) - micros(backlog);
     let mut missed = archive.mark_missed(overdue_before_us).await?;
     let marked_missed_us = since();
     missed.extend(archive.sweep_handouts(overdue_before_us).await?);
@@ -155,6 +163,7 @@ pub async fn record_overdue(
         marked_missed_us,
         swept_us,
         recorded,
+        backlog_us = micros(backlog),
         overdue_us = since(),
         "overdue runs recorded (each the time since it began)"
     );
