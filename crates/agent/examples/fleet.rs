@@ -16,17 +16,17 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-// The simulator's thousand agents allocate as the server does; with the C library's
-// allocator a fifth of its CPU went to malloc and free (arena locks, consolidation).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use chrono::{DateTime, Utc};
 use vantage_agent::client::{CallError, ServerClient};
 use vantage_agent::{AgentOptions, FETCH_WAIT, UPLOAD_BATCH, UPLOAD_ROUND_S};
 use vantage_model::control::{
     AgentRegistration, AssignedRun, BatchItemAck, ResultUpload, RunOutcome,
 };
+
+// The simulator's thousand agents allocate as the server does; with the C library's
+// allocator a fifth of its CPU went to malloc and free (arena locks, consolidation).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 struct Options {
     server: String,

@@ -1527,11 +1527,11 @@ impl Archive {
             .map(|step| match step {
                 Step::Done(outcome) => *outcome,
                 Step::Accepted(index) => {
-                    let candidate = accepted[index]
+                    let mut candidate = accepted[index]
                         .take()
                         .expect("a step names each accepted upload once");
                     if stored[index] {
-                        let metrics = candidate.metrics.clone();
+                        let metrics = std::mem::take(&mut candidate.metrics);
                         Ok((Ingest::Stored(metrics), candidate.into_completed_run()))
                     } else {
                         Ok((Ingest::Duplicate, candidate.run))

@@ -124,15 +124,20 @@ impl IngestPipeline {
         uploads: &[ResultUpload],
     ) -> Result<Vec<IngestOutcome>, ArchiveError> {
         let outcomes = self.archive.ingest_batch(uploads).await?;
-        let now = chrono::Utc::now();
-        let mut lags: Vec<Duration> = uploads
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, outcome)| matches!(outcome, Ok((Ingest::Stored(_), _))))
-            .map(|(upload, _)| (now - upload.actual_end).to_std().unwrap_or_default())
-            .collect();
-        // This upload holds a slot itself: none free means others wait.
+        // This upload holds a slot itself: none free means others wait. Lags are
+        // measured only then.
         let saturated = self.slots.available_permits() == 0;
+        let mut lags: Vec<Duration> = Vec::new();
+        if saturated {
+            let now = chrono::Utc::now();
+            lags.extend(
+                uploads
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, outcome)| matches!(outcome, Ok((Ingest::Stored(_), _))))
+                    .map(|(upload, _)| (now - upload.actual_end).to_std().unwrap_or_default()),
+            );
+        }
         self.backlog
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

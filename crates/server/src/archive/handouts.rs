@@ -586,23 +586,29 @@ impl Archive {
         // Judged by id on the compact form; a record is made only of the few runs found
         // with neither a row nor a result (made of all 64 000, it was a tenth of a
         // 1 000-agent server's CPU).
-        let unrecorded: Vec<&str> = documents
+        let unrecorded: Vec<(&str, &Document, &HandedRun)> = documents
             .iter()
-            .flat_map(|(_, document)| document.runs.iter().map(|run| run.1.as_ref()))
-            .filter(|id| !with_rows.contains(*id))
+            .flat_map(|(client, document)| {
+                document
+                    .runs
+                    .iter()
+                    .map(move |run| (*client, document, run))
+            })
+            .filter(|(_, _, run)| !with_rows.contains(run.1.as_ref()))
             .collect();
         let reported = {
+            let ids: Vec<&str> = unrecorded
+                .iter()
+                .map(|(_, _, run)| run.1.as_ref())
+                .collect();
             let mut connection = self.pool.acquire().await.map_err(sql(DOING))?;
-            reported_ids(&mut connection, self.backend, &unrecorded).await?
+            reported_ids(&mut connection, self.backend, &ids).await?
         };
-        let mut unreported = Vec::new();
-        for (client, document) in &documents {
-            for run in &document.runs {
-                if !with_rows.contains(run.1.as_ref()) && !reported.contains(run.1.as_ref()) {
-                    unreported.push(document.run(client, run)?);
-                }
-            }
-        }
+        let unreported = unrecorded
+            .into_iter()
+            .filter(|(_, _, run)| !reported.contains(run.1.as_ref()))
+            .map(|(client, document, run)| document.run(client, run))
+            .collect::<Result<Vec<RunRecord>, ArchiveError>>()?;
         let mut tx = self.write_transaction().await.map_err(sql(DOING))?;
         self.lock_against_sweeps(&mut tx, SweepLock::Exclusive)
             .await?;
