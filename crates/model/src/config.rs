@@ -15,7 +15,6 @@
 //!    found, each with its path such as `tasks[2].every`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -25,6 +24,7 @@ use crate::config_error::check_name;
 pub use crate::config_error::ConfigError;
 use crate::kinds::{self, KindRef, Participants, Spec};
 pub use crate::scheduling::SchedulingClass;
+use crate::shared_spec::SharedSpec;
 use crate::sla::{validate_contract, Contract, ContractConfig};
 use crate::units::{parse_duration, parse_rate_bps};
 
@@ -329,7 +329,7 @@ pub struct TestDef {
     /// exactly this, so the run fits the time the scheduler reserved for it. Shared
     /// (not copied) by every run of the test: a thousand-agent mesh plans, hands out
     /// and checks tens of thousands of runs a second.
-    pub spec: Arc<Value>,
+    pub spec: SharedSpec,
     pub scheduling: SchedulingClass,
     /// How long the scheduler reserves resources for one run (test time plus
     /// a setup guard, or the `reserve` parameter when given).
@@ -1091,7 +1091,7 @@ fn validate_test(path: &str, test: &TestConfig, errors: &mut Vec<ConfigError>) -
     Some(TestDef {
         name: test.name.clone(),
         kind,
-        spec: Arc::new(Value::Object(spec)),
+        spec: Value::Object(spec).into(),
         scheduling,
         reserve,
     })

@@ -80,7 +80,7 @@ pub struct AssignedRun {
     pub server_port: u16,
     /// Test parameters (the test's spec object, e.g. `count`, `interval`, `duration`),
     /// shared by the runs of one test.
-    pub spec: std::sync::Arc<serde_json::Value>,
+    pub spec: crate::shared_spec::SharedSpec,
     /// Throughput only: the server agent sends, because it cannot be reached as a client.
     pub reverse: bool,
     pub planned_start: DateTime<Utc>,

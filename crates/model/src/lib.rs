@@ -14,6 +14,7 @@ pub mod health;
 pub mod kinds;
 pub mod latency;
 pub mod scheduling;
+pub mod shared_spec;
 pub mod sla;
 pub mod throughput;
 pub mod ticket;

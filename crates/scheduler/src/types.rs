@@ -71,7 +71,7 @@ pub struct PlannedRun {
     pub priority: i32,
     pub claims: Vec<Claim>,
     /// Test parameters to run (the test definition's normalised spec, shared).
-    pub spec: std::sync::Arc<serde_json::Value>,
+    pub spec: vantage_model::shared_spec::SharedSpec,
     /// Campaign round (0-based) for runs of exclusive tasks.
     pub campaign_round: Option<u32>,
 }

@@ -17,6 +17,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use tokio::sync::{mpsc, oneshot};
 use vantage_model::control::{AgentRegistration, AppMetric, ResultUpload, Role, RunOutcome};
+use vantage_model::shared_spec::SharedSpec;
 use vantage_model::sla::SlaVerdict;
 use vantage_model::ticket::TicketSigner;
 use vantage_scheduler::{Claim, ClaimMode};
@@ -40,6 +41,8 @@ pub enum ArchiveError {
     TicketKey(#[from] vantage_model::ticket::TicketError),
     #[error("the archive's writer stopped")]
     WriterStopped,
+    #[error("starting the archive's writer thread: {0}")]
+    WriterThread(#[source] std::io::Error),
     #[error("ingesting results: {written} of {expected} rows written to {table}, the others conflicted with stored rows")]
     IngestConflict {
         table: &'static str,
@@ -56,6 +59,7 @@ pub enum ArchiveError {
     CorruptHandOut { client: String, what: String },
 }
 
+mod checkpoints;
 mod handouts;
 mod seen;
 
@@ -191,7 +195,7 @@ pub struct RunRecord {
     /// The external host (HOST or HOST:PORT) when the server side is not an agent.
     pub target: Option<String>,
     /// Shared by the runs of one test definition or hand-out.
-    pub spec: Arc<serde_json::Value>,
+    pub spec: SharedSpec,
     /// Holds both agents (and any declared segment) exclusively.
     pub exclusive: bool,
     /// Throughput: the server agent sends (NAT orientation).
@@ -444,16 +448,31 @@ struct IngestJob {
 /// throughout, so this bounds how long other writers (the planner) wait.
 const GROUP_COMMIT_UPLOADS: usize = 2_000;
 
-/// Group commits written at once. SQLite has one writer. PostgreSQL writes
-/// transactions side by side, but each commit waits for the log's flush and every
-/// transaction that notifies other replicas takes one lock at its commit: a few
-/// concurrent groups keep its connections busy without queueing a fleet's uploads
-/// one commit each behind that lock.
-fn group_commit_writers(backend: Backend) -> usize {
-    match backend {
-        Backend::Sqlite => 1,
-        Backend::Postgres => 4,
-    }
+/// Group commits PostgreSQL writes at once (SQLite has one writer, see
+/// [`spawn_sqlite_writer`]). PostgreSQL writes transactions side by side, but each
+/// commit waits for the log's flush and every transaction that notifies other replicas
+/// takes one lock at its commit: a few concurrent groups keep its connections busy
+/// without queueing a fleet's uploads one commit each behind that lock.
+const POSTGRES_GROUP_COMMIT_WRITERS: usize = 4;
+
+/// Runs SQLite's one group-commit writer on a thread of its own. Its work between
+/// statements (building a group's statements, binding 2 000 results' values) is
+/// the archive's throughput on SQLite; as one task among the server's others it waited
+/// behind a fleet's fetches and uploads in the runtime's queue each time, and the write
+/// lock sat idle meanwhile. Ends, like the writer, with the last archive handle.
+fn spawn_sqlite_writer(
+    archive: Archive,
+    jobs: Arc<tokio::sync::Mutex<mpsc::Receiver<IngestJob>>>,
+) -> Result<(), ArchiveError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ArchiveError::WriterThread)?;
+    std::thread::Builder::new()
+        .name("archive-writer".to_string())
+        .spawn(move || runtime.block_on(group_commits(archive, jobs)))
+        .map_err(ArchiveError::WriterThread)?;
+    Ok(())
 }
 
 /// Batches waiting for the writer; callers wait to enqueue beyond it.
@@ -463,7 +482,7 @@ const GROUP_COMMIT_QUEUE: usize = 256;
 /// stored together in the next one, so concurrent uploads (a fleet's agents, each
 /// sending a few results) share one transaction's fixed cost (its commit, its
 /// notice to other replicas, and on SQLite the pages every batch touches) instead of
-/// queueing for the write lock one by one. Each of [`group_commit_writers`] writers
+/// queueing for the write lock one by one. Each writer
 /// takes what is waiting when it is free. A combined transaction that fails is
 /// retried batch by batch, so each caller gets its own batch's outcome. Ends when
 /// the last archive handle is dropped.
@@ -647,8 +666,16 @@ impl Archive {
         // The writers' handles have no senders, so they end with the last of the others.
         let (sender, jobs) = mpsc::channel(GROUP_COMMIT_QUEUE);
         let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
-        for _ in 0..group_commit_writers(backend) {
-            tokio::spawn(group_commits(archive.clone(), jobs.clone()));
+        match backend {
+            Backend::Sqlite => {
+                checkpoints::copy_log(&url, sender.downgrade()).await?;
+                spawn_sqlite_writer(archive.clone(), jobs)?;
+            }
+            Backend::Postgres => {
+                for _ in 0..POSTGRES_GROUP_COMMIT_WRITERS {
+                    tokio::spawn(group_commits(archive.clone(), jobs.clone()));
+                }
+            }
         }
         let (seen_sender, seen_jobs) = mpsc::channel(seen::SEEN_QUEUE);
         tokio::spawn(seen::record_seen(archive.clone(), seen_jobs));
@@ -3059,7 +3086,7 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord, ArchiveError> {
         client: row.get("client"),
         server: row.get("server"),
         target: row.get("target"),
-        spec: Arc::new(parse_json("run spec", &row.get::<String, _>("spec"))?),
+        spec: parse_json("run spec", &row.get::<String, _>("spec"))?.into(),
         exclusive: row.get::<i64, _>("exclusive") != 0,
         reverse: row.get::<i64, _>("reverse") != 0,
         priority: row.get("priority"),

@@ -363,7 +363,7 @@ fn non_start_record(non_start: NonStart, test_type: &str) -> RunRecord {
         client: non_start.from,
         server: non_start.to,
         target: None,
-        spec: Arc::new(serde_json::Value::Null),
+        spec: serde_json::Value::Null.into(),
         exclusive: false,
         reverse: false,
         priority: 0,
@@ -771,26 +771,22 @@ async fn reserved_runs_over(
         .planner_mark(EXCLUSIVE_EPOCH)
         .await?
         .unwrap_or(0);
+    // A read by another fetch at this epoch or a later one will do.
     let current = |cached: &ReservedRuns| {
-        cached.epoch == epoch && cached.from_us <= from_us && to_us <= cached.to_us
+        cached.epoch >= epoch && cached.from_us <= from_us && to_us <= cached.to_us
     };
-    {
-        let cached = state
-            .reserved_runs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(cached) = cached.as_ref().filter(|cached| current(cached)) {
-            return Ok(cached.runs.clone());
-        }
+    // Held across the read: when the exclusive runs change (an hourly throughput plan
+    // stores 100 000 of them), the fetches that find the copy stale wait for one read
+    // instead of each reading the same runs at once.
+    let mut cached = state.reserved_runs.lock().await;
+    if let Some(kept) = cached.as_ref().filter(|kept| current(kept)) {
+        return Ok(kept.runs.clone());
     }
     let read_until_us = to_us.saturating_add(RESERVED_READ_AHEAD_US);
     let mut runs = existing_runs(state, from_us, read_until_us, i64::MAX).await?;
     runs.sort_by(|a, b| (a.start, &a.run_id).cmp(&(b.start, &b.run_id)));
     let runs = Arc::new(runs);
-    *state
-        .reserved_runs
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(ReservedRuns {
+    *cached = Some(ReservedRuns {
         epoch,
         from_us,
         to_us: read_until_us,

@@ -70,8 +70,9 @@ pub struct ServerState {
     /// with each other, and placing the same ones twice stores them once (their ids
     /// are deterministic).
     pub planning: tokio::sync::RwLock<()>,
-    /// The exclusive runs light placement last read (see [`crate::planner`]).
-    pub reserved_runs: std::sync::Mutex<Option<ReservedRuns>>,
+    /// The exclusive runs light placement last read (see [`crate::planner`]); held
+    /// while they are read again.
+    pub reserved_runs: tokio::sync::Mutex<Option<ReservedRuns>>,
     /// Every agent's registration by name, with the archive's [`AGENTS_EPOCH`] when it
     /// was read (see [`ServerState::registrations`]).
     registrations: tokio::sync::Mutex<Option<(Option<i64>, Registrations)>>,
@@ -149,7 +150,7 @@ impl ServerState {
             transfers: TransferDesk::new(transfers),
             light_plan: std::sync::Mutex::new(None),
             planning: tokio::sync::RwLock::new(()),
-            reserved_runs: std::sync::Mutex::new(None),
+            reserved_runs: tokio::sync::Mutex::new(None),
             registrations: tokio::sync::Mutex::new(None),
         });
         state.refresh_agent_tags().await?;

@@ -21,7 +21,7 @@ use vantage_model::throughput::{
 use vantage_probe::capacity::run_capacity;
 use vantage_probe::iperf3::client::run_iperf3;
 use vantage_probe::iperf3::server::Iperf3Server;
-use vantage_probe::throughput::client::run_native;
+use vantage_probe::throughput::client::{run_native, ThroughputError};
 use vantage_probe::throughput::server::{ServiceLimits, ThroughputService};
 
 const CLIENT_IP: &str = "10.77.1.1";
@@ -225,10 +225,25 @@ fn spec(port: u16, seconds: u64) -> ThroughputSpec {
     spec
 }
 
+/// Runs `spec` from the client namespace. A stock `iperf3 -s` answers `ACCESS_DENIED`
+/// (busy) for a moment after its previous test while it tears that test down, so a
+/// busy answer is retried (briefly); any other error fails the test.
 fn client_run(path: &ShapedPath, spec: ThroughputSpec) -> ThroughputResult {
-    ShapedPath::in_ns(&path.client, move || match spec.tool {
-        ThroughputTool::Native => run_native(&spec),
-        ThroughputTool::Iperf3 => run_iperf3(&spec),
+    ShapedPath::in_ns(&path.client, move || {
+        let mut attempts_left = 20;
+        loop {
+            let result = match spec.tool {
+                ThroughputTool::Native => run_native(&spec),
+                ThroughputTool::Iperf3 => run_iperf3(&spec),
+            };
+            match result {
+                Err(ThroughputError::Busy { .. }) if attempts_left > 0 => {
+                    attempts_left -= 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => break other,
+            }
+        }
     })
     .join()
     .unwrap()

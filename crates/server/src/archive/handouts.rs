@@ -43,7 +43,7 @@ struct TaskPart<'a> {
     test: Cow<'a, str>,
     #[serde(borrow)]
     test_name: Cow<'a, str>,
-    spec: Arc<serde_json::Value>,
+    spec: SharedSpec,
     priority: i64,
     reverse: bool,
 }
