@@ -27,6 +27,11 @@ impl SharedSpec {
         let text = serde_json::value::to_raw_value(&value).expect("a JSON value serializes");
         SharedSpec(Arc::new(Parts { value, text }))
     }
+
+    /// The spec as compact JSON text, as `Value`'s `Display` writes it.
+    pub fn text(&self) -> &str {
+        self.0.text.get()
+    }
 }
 
 impl From<Value> for SharedSpec {
@@ -78,6 +83,7 @@ mod tests {
         let spec = SharedSpec::new(value.clone());
         let text = serde_json::to_string(&spec).unwrap();
         assert_eq!(text, serde_json::to_string(&value).unwrap());
+        assert_eq!(spec.text(), value.to_string());
         assert_eq!(serde_json::to_value(&spec).unwrap(), value);
         let back: SharedSpec = serde_json::from_str(&text).unwrap();
         assert_eq!(back, spec);

@@ -2627,7 +2627,7 @@ async fn insert_run_rows(
                 .bind(&run.test_name)
                 .bind(&run.client)
                 .bind(&run.server)
-                .bind(run.spec.to_string())
+                .bind(run.spec.text())
                 .bind(i64::from(run.exclusive))
                 .bind(i64::from(run.reverse))
                 .bind(run.priority)
