@@ -177,7 +177,7 @@ mod tests {
 
     fn claims() -> TicketClaims {
         TicketClaims {
-            run_id: "tput/a>b/1".into(),
+            run_id: "tput/1/a>b".into(),
             test: "throughput".into(),
             client: "a".into(),
             server: "b".into(),

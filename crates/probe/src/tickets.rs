@@ -218,7 +218,7 @@ mod tests {
 
     fn claims(server: &str, test: &str, max_duration_ms: u64) -> TicketClaims {
         TicketClaims {
-            run_id: "tput/a>b/1".into(),
+            run_id: "tput/1/a>b".into(),
             test: test.into(),
             client: "a".into(),
             server: server.into(),

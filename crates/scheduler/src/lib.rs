@@ -41,6 +41,6 @@ mod verify;
 pub use claims::{agent_resource, segment_resource, target_resource, Claim, ClaimMode};
 pub use light::LightTasks;
 pub use ondemand::{place_request, OnDemandRequest, Placement, RequestOutcome, ON_DEMAND_TASK};
-pub use plan::{is_light, plan, plan_reserved, reserved_reach, PlanWindow};
+pub use plan::{current_run_id, is_light, plan, plan_reserved, reserved_reach, PlanWindow};
 pub use types::{AgentInfo, CampaignOverload, CampaignSummary, NonStart, Plan, PlannedRun};
 pub use verify::{find_overlaps, Occupancy, Overlap};

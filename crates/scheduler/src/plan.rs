@@ -1,5 +1,6 @@
 //! Periodic planning: tasks × occurrences in a window → runs and non-starts.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -51,7 +52,9 @@ pub(crate) struct Planner<'a> {
     pub owners: Vec<String>,
     pub runs: Vec<PlannedRun>,
     pub non_starts: Vec<NonStart>,
-    existing_by_id: HashMap<&'a str, &'a PlannedRun>,
+    /// Keyed by [`current_run_id`], so that runs stored under an earlier id form are
+    /// found, not planned again.
+    existing_by_id: HashMap<Cow<'a, str>, &'a PlannedRun>,
 }
 
 /// Who is client and server of a run meant to go `from` → `to`.
@@ -85,7 +88,7 @@ impl<'a> Planner<'a> {
             non_starts: Vec::new(),
             existing_by_id: existing
                 .iter()
-                .map(|run| (run.run_id.as_str(), *run))
+                .map(|run| (current_run_id(&run.run_id), *run))
                 .collect(),
         };
         planner.segment_resources = segments
@@ -530,19 +533,30 @@ fn flows_with_directions(
         .collect()
 }
 
-/// Deterministic pseudo-random offset in `[0, slip_ms]`.
-fn slip_offset_ms(seed: u64, key: &str, slip_ms: i64) -> i64 {
+/// Deterministic pseudo-random offset in `[0, slip_ms]`, drawn from the text that is
+/// `key`'s parts one after another.
+fn slip_offset_ms(seed: u64, key: &[&str], slip_ms: i64) -> i64 {
     if slip_ms <= 0 {
         return 0;
     }
     (stable_hash(seed, key) % (slip_ms as u64 + 1)) as i64
 }
 
-/// Stable 64-bit hash (FNV-1a with a SplitMix64 finaliser): the same across
-/// platforms and Rust versions, unlike `DefaultHasher`, so slips are reproducible.
-fn stable_hash(seed: u64, text: &str) -> u64 {
+/// What a periodic run's point in its slip is drawn from: its task, pair and
+/// occurrence as `<task>/<from>><to>/<occurrence>`. That is the text its id had
+/// before the occurrence came first; drawing from it still means every version of
+/// the planner gives a run the same preferred start, so a window planned partly
+/// before an upgrade and partly after it is planned as one.
+fn slip_key<'k>(task: &'k str, from: &'k str, to: &'k str, occurrence: &'k str) -> [&'k str; 7] {
+    [task, "/", from, ">", to, "/", occurrence]
+}
+
+/// Stable 64-bit hash (FNV-1a with a SplitMix64 finaliser) of the text that is
+/// `parts` one after another: the same across platforms and Rust versions, unlike
+/// `DefaultHasher`, so slips are reproducible.
+fn stable_hash(seed: u64, parts: &[&str]) -> u64 {
     let mut hash = 0xcbf2_9ce4_8422_2325u64 ^ seed;
-    for byte in text.bytes() {
+    for byte in parts.iter().flat_map(|part| part.bytes()) {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -553,8 +567,28 @@ fn stable_hash(seed: u64, text: &str) -> u64 {
     hash ^ (hash >> 31)
 }
 
+/// A periodic run's id: `<task>/<occurrence>/<from>><to>`. The occurrence comes
+/// before the pair so that ids, and the results stored under them, sort by time: the
+/// archive's index on them is then written at its end as results arrive, not at a
+/// random page for each of a thousand agents' results.
 pub(crate) fn run_id(task: &str, from: &str, to: &str, occurrence: i64) -> String {
-    format!("{task}/{from}>{to}/{occurrence}")
+    format!("{task}/{occurrence}/{from}>{to}")
+}
+
+/// `id` in the current form of [`run_id`]: ids of earlier versions,
+/// `<task>/<from>><to>/<occurrence>`, are rewritten; any other id is returned as it is.
+/// Runs planned before an upgrade are matched by it, so that they are not planned again.
+pub fn current_run_id(id: &str) -> Cow<'_, str> {
+    let mut parts = id.split('/');
+    if let (Some(task), Some(pair), Some(occurrence), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    {
+        let digits = occurrence.strip_prefix('-').unwrap_or(occurrence);
+        if pair.contains('>') && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Cow::Owned(format!("{task}/{occurrence}/{pair}"));
+        }
+    }
+    Cow::Borrowed(id)
 }
 
 /// Scheduling order: higher priority first; at equal priority exclusive
@@ -891,7 +925,14 @@ pub(crate) fn place_single(
     };
     let claims = planner.claims(orientation.client, orientation.server, test.scheduling);
     let slip_ms = duration_ms(task.slip);
-    let preferred_ms = nominal_ms + slip_offset_ms(seed, &identity.run_id, slip_ms);
+    let occurrence_text = occurrence.to_string();
+    let slip_key = slip_key(
+        &task.name,
+        &planner.agents[from].name,
+        &planner.agents[to].name,
+        &occurrence_text,
+    );
+    let preferred_ms = nominal_ms + slip_offset_ms(seed, &slip_key, slip_ms);
     let latest_ms = nominal_ms + slip_ms;
     let duration = reserve_ms(test);
     // From the preferred point to the end of the slip, then from its beginning.
@@ -1017,7 +1058,11 @@ fn place_campaign(
     // drawn beyond it made the occurrence a non-start for no reason.
     let slip_room_ms = duration_ms(task.slip).min(latest_start_ms - nominal_ms);
     let start_ms = (nominal_ms
-        + slip_offset_ms(seed, &format!("{}/{occurrence}", task.name), slip_room_ms))
+        + slip_offset_ms(
+            seed,
+            &[&task.name, "/", &occurrence.to_string()],
+            slip_room_ms,
+        ))
     .max(not_before_ms);
     let gap_ms = duration_ms(task.round_gap);
     let (runs_before, non_starts_before) = (planner.runs.len(), planner.non_starts.len());

@@ -48,7 +48,7 @@ impl From<&vantage_model::control::AgentRegistration> for AgentInfo {
 /// One run the scheduler placed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlannedRun {
-    /// Deterministic: `<task>/<from>><to>/<occurrence>` for periodic runs, so
+    /// Deterministic: `<task>/<occurrence>/<from>><to>` for periodic runs, so
     /// planning the same window again yields the same ids (idempotent).
     pub run_id: String,
     pub task: String,

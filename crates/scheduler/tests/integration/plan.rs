@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Duration, Utc};
 use vantage_model::config::{load_config, ValidatedConfig};
 use vantage_scheduler::{
-    find_overlaps, place_request, plan, AgentInfo, ClaimMode, Occupancy, OnDemandRequest,
-    PlanWindow, PlannedRun, RequestOutcome,
+    current_run_id, find_overlaps, place_request, plan, AgentInfo, ClaimMode, Occupancy,
+    OnDemandRequest, PlanWindow, PlannedRun, RequestOutcome,
 };
 
 fn config(text: &str) -> ValidatedConfig {
@@ -85,6 +85,14 @@ group = "all"
 every = "1h"
 "#;
 
+/// The latency mesh and the throughput campaign over the same agents.
+fn latency_and_throughput_meshes() -> String {
+    format!(
+        "{MESH_LATENCY}\n{}",
+        &MESH_THROUGHPUT[MESH_THROUGHPUT.find("[[tests]]").unwrap()..]
+    )
+}
+
 #[test]
 fn latency_mesh_runs_each_unordered_pair_once_within_the_slip() {
     let config = config(MESH_LATENCY);
@@ -107,7 +115,7 @@ fn latency_mesh_runs_each_unordered_pair_once_within_the_slip() {
         ("c", "d"),
     ]
     .iter()
-    .map(|(from, to)| format!("ping-mesh/{from}>{to}/{occurrence}"))
+    .map(|(from, to)| format!("ping-mesh/{occurrence}/{from}>{to}"))
     .collect();
     assert_eq!(ids, expected.iter().map(String::as_str).collect());
     for run in &plan.runs {
@@ -190,13 +198,13 @@ fn nat_agents_are_always_clients_and_two_nat_agents_cannot_meet() {
     let reverse = plan
         .runs
         .iter()
-        .find(|run| run.run_id.contains("/server>home1/"))
+        .find(|run| run.run_id.ends_with("/server>home1"))
         .unwrap();
     assert_eq!((reverse.client.as_str(), reverse.reverse), ("home1", true));
     let forward = plan
         .runs
         .iter()
-        .find(|run| run.run_id.contains("/home1>server/"))
+        .find(|run| run.run_id.ends_with("/home1>server"))
         .unwrap();
     assert_eq!((forward.client.as_str(), forward.reverse), ("home1", false));
     assert_eq!(plan.non_starts.len(), 2);
@@ -273,10 +281,7 @@ fn runs_crossing_a_shared_uplink_do_not_overlap() {
 
 #[test]
 fn planning_is_deterministic_and_replanning_is_idempotent() {
-    let text = format!(
-        "{MESH_LATENCY}\n{}",
-        &MESH_THROUGHPUT[MESH_THROUGHPUT.find("[[tests]]").unwrap()..]
-    );
+    let text = latency_and_throughput_meshes();
     let config = config(&text);
     let fleet = agents(&["a", "b", "c", "d", "e"]);
     let first = plan(&config, &fleet, window(0, 600), &[], 42);
@@ -290,12 +295,67 @@ fn planning_is_deterministic_and_replanning_is_idempotent() {
 }
 
 #[test]
+fn runs_stored_under_the_earlier_id_form_are_not_planned_again() {
+    let text = latency_and_throughput_meshes();
+    let config = config(&text);
+    let fleet = agents(&["a", "b", "c", "d", "e"]);
+    let first = plan(&config, &fleet, window(0, 600), &[], 42);
+    // The occurrence comes before the pair.
+    for run in &first.runs {
+        let occurrence = run.run_id.split('/').nth(1).unwrap();
+        assert!(occurrence.parse::<i64>().is_ok(), "{}", run.run_id);
+    }
+    // As an earlier version stored them: `<task>/<from>><to>/<occurrence>`.
+    let stored: Vec<PlannedRun> = first
+        .runs
+        .iter()
+        .map(|run| {
+            let (task, rest) = run.run_id.split_once('/').unwrap();
+            let (occurrence, pair) = rest.split_once('/').unwrap();
+            PlannedRun {
+                run_id: format!("{task}/{pair}/{occurrence}"),
+                ..run.clone()
+            }
+        })
+        .collect();
+    assert_eq!(current_run_id(&stored[0].run_id), first.runs[0].run_id);
+    let replanned = plan(&config, &fleet, window(0, 600), &stored, 42);
+    assert!(replanned.runs.is_empty(), "{:?}", replanned.runs.first());
+    // What the stored runs leave no room for is the same, its blockers named by their
+    // stored ids.
+    let mut expected = plan(&config, &fleet, window(0, 600), &first.runs, 42);
+    for (new, old) in first.runs.iter().zip(&stored) {
+        for non_start in &mut expected.non_starts {
+            non_start.reason = non_start.reason.replace(&new.run_id, &old.run_id);
+        }
+    }
+    assert!(!expected.non_starts.is_empty());
+    assert_eq!(replanned, expected);
+}
+
+#[test]
+fn only_run_ids_of_the_earlier_periodic_form_are_rewritten() {
+    assert_eq!(
+        current_run_id("tp-mesh/a>b/29999999"),
+        "tp-mesh/29999999/a>b"
+    );
+    assert_eq!(current_run_id("tp-mesh/a>b/-3"), "tp-mesh/-3/a>b");
+    for current in [
+        "tp-mesh/29999999/a>b",
+        "ping/7/a>[2001:db8::1]:5201",
+        "on-demand/3f2a",
+        "tp-mesh/a>b/x1",
+        "tp-mesh/a>b/",
+        "tp-mesh/a>b/1/2",
+        "tp-mesh/ab/1",
+    ] {
+        assert_eq!(current_run_id(current), current);
+    }
+}
+
+#[test]
 fn consecutive_windows_respect_runs_planned_earlier() {
-    let text = format!(
-        "{MESH_LATENCY}\n{}",
-        &MESH_THROUGHPUT[MESH_THROUGHPUT.find("[[tests]]").unwrap()..]
-    )
-    .replace(
+    let text = latency_and_throughput_meshes().replace(
         "every = \"1h\"",
         "every = \"5m\"\nslip = \"2m\"\nround_gap = \"3s\"",
     );
@@ -325,18 +385,17 @@ fn consecutive_windows_respect_runs_planned_earlier() {
 
 #[test]
 fn latency_without_room_beside_a_campaign_is_a_non_start_with_the_blocker() {
-    let text = format!(
-        "{MESH_LATENCY}\n{}",
-        &MESH_THROUGHPUT[MESH_THROUGHPUT.find("[[tests]]").unwrap()..]
-    )
-    .replace("slip = \"30s\"", "slip = \"0s\"");
+    let text = latency_and_throughput_meshes().replace("slip = \"30s\"", "slip = \"0s\"");
     let fleet = agents(&["a", "b"]);
     let plan = plan(&config(&text), &fleet, window(0, 60), &[], 0);
     // The campaign (exclusive, placed first) holds a and b from 0 s to 22 s.
     assert_eq!(plan.runs.len(), 2);
     assert_eq!(plan.non_starts.len(), 1);
     let reason = &plan.non_starts[0].reason;
-    assert!(reason.contains("is held by run tp-mesh/a>b/"), "{reason}");
+    assert!(
+        reason.contains("is held by run tp-mesh/") && reason.ends_with("/a>b"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -625,7 +684,7 @@ fn a_campaign_longer_than_its_period_runs_one_round_in_a_cycle_and_says_so() {
         );
         let nominal_s = if run
             .run_id
-            .ends_with(&format!("/{}", at(0).timestamp() / 60))
+            .starts_with(&format!("tp-mesh/{}/", at(0).timestamp() / 60))
         {
             0
         } else {
@@ -687,11 +746,7 @@ directions = "one"
         .collect();
     assert_eq!(reasons.len(), 2, "{reasons:?}");
     for (run_id, reason) in reasons {
-        let held = if run_id.starts_with("tp-mesh/a>b/") {
-            "b"
-        } else {
-            "d"
-        };
+        let held = if run_id.ends_with("/a>b") { "b" } else { "d" };
         assert_eq!(
             reason,
             format!(
@@ -840,7 +895,7 @@ fn agents_measuring_alone_run_once_each_and_claim_nothing() {
             assert_eq!(run.start, at(0));
             assert_eq!(
                 run.run_id,
-                format!("{task}/{}>{}/30000000", run.client, run.client)
+                format!("{task}/30000000/{}>{}", run.client, run.client)
             );
         }
     }

@@ -217,12 +217,12 @@ directions = "{}"
         let mut ids = BTreeSet::new();
         for k in occurrences(self.latency_every_s as i64) {
             for (a, b) in &mesh {
-                ids.insert(format!("lat/{a}>{b}/{k}"));
+                ids.insert(format!("lat/{k}/{a}>{b}"));
             }
         }
         for k in occurrences(self.throughput_every_s as i64) {
             for (a, b) in &throughput_flows {
-                ids.insert(format!("tp/{a}>{b}/{k}"));
+                ids.insert(format!("tp/{k}/{a}>{b}"));
             }
         }
         ids
@@ -263,9 +263,9 @@ proptest! {
             .campaigns
             .iter()
             .filter(|campaign| campaign.overload.is_some())
-            .map(|campaign| format!("/{}", campaign.occurrence))
+            .map(|campaign| format!("tp/{}/", campaign.occurrence))
             .collect();
-        let of_sampled = |id: &String| id.starts_with("tp/") && sampled.iter().any(|suffix| id.ends_with(suffix.as_str()));
+        let of_sampled = |id: &String| sampled.iter().any(|prefix| id.starts_with(prefix.as_str()));
         let expected = scenario.expected_run_ids(scenario.window());
         let (seen_sampled, seen_rest): (BTreeSet<String>, BTreeSet<String>) = seen.into_iter().partition(of_sampled);
         let (expected_sampled, expected_rest): (BTreeSet<String>, BTreeSet<String>) = expected.into_iter().partition(of_sampled);
@@ -291,7 +291,7 @@ proptest! {
         let mut flows = BTreeSet::new();
         for id in whole.runs.iter().map(|r| &r.run_id).chain(whole.non_starts.iter().map(|n| &n.run_id)) {
             if let Some(flow) = id.strip_prefix("tp/") {
-                let flow = flow.rsplit_once('/').unwrap().0.to_string();
+                let flow = flow.split_once('/').unwrap().1.to_string();
                 prop_assert!(flows.insert(flow.clone()), "{} measured twice in a cycle of {}", flow, cycle);
             }
         }
@@ -299,7 +299,7 @@ proptest! {
             .expected_run_ids(occurrences(1))
             .iter()
             .filter_map(|id| id.strip_prefix("tp/"))
-            .map(|flow| flow.rsplit_once('/').unwrap().0.to_string())
+            .map(|flow| flow.split_once('/').unwrap().1.to_string())
             .collect();
         prop_assert_eq!(flows, expected);
         prop_assert!(whole.campaigns.iter().all(|c| c.overload.as_ref().map_or(1, |o| i64::from(o.cycle)) == cycle));

@@ -18,6 +18,8 @@
 
 use std::borrow::Cow;
 
+use vantage_scheduler::current_run_id;
+
 use super::*;
 
 /// A hand-out's runs as stored in `light_handouts.runs`. Its text fields borrow from
@@ -248,12 +250,18 @@ fn runs_of_rows(
     Ok(runs)
 }
 
-/// The ids of the runs of hand-out rows read as `runs`.
+/// The ids of the runs of hand-out rows read as `runs`, in their current form
+/// ([`current_run_id`]): a hand-out made before an upgrade holds its runs too.
 fn ids_of_rows(rows: &[AnyRow]) -> Result<HashSet<String>, ArchiveError> {
     let mut ids = HashSet::new();
     for (_, text) in texts_of_rows(rows) {
         let document = decode_document(&text)?;
-        ids.extend(document.runs.into_iter().map(|run| run.1.into_owned()));
+        ids.extend(
+            document
+                .runs
+                .into_iter()
+                .map(|run| current_run_id(&run.1).into_owned()),
+        );
     }
     Ok(ids)
 }
@@ -695,8 +703,8 @@ mod tests {
     #[test]
     fn a_hand_out_decodes_to_the_runs_it_was_made_of() {
         let mut runs = vec![
-            light_run("latency-mesh/a>b/1", "b", 10),
-            light_run("latency-mesh/a>c/1", "c", 20),
+            light_run("latency-mesh/1/a>b", "b", 10),
+            light_run("latency-mesh/1/a>c", "c", 20),
         ];
         runs[1].task = "other".into();
         runs[1].target = Some("198.51.100.7:862".into());
@@ -725,7 +733,7 @@ mod tests {
 
     #[test]
     fn a_hand_out_naming_what_it_does_not_hold_is_an_error() {
-        let text = encode(&[light_run("latency-mesh/a>b/1", "b", 10)]);
+        let text = encode(&[light_run("latency-mesh/1/a>b", "b", 10)]);
         let broken = text.replace("[[0,\"shared\"]", "[[7,\"shared\"]");
         assert_ne!(broken, text);
         let error = decode_runs("a", &broken).unwrap_err().to_string();
