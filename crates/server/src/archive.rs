@@ -416,6 +416,8 @@ pub struct Archive {
     /// On PostgreSQL, how many runs this archive stored as `scheduled` since it last
     /// analysed `runs` (see [`Archive::insert_runs_and_marks`]).
     scheduled_since_analyze: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    /// Hand-outs read for uploads' checks, kept indexed (see [`handouts`]).
+    handouts: Arc<handouts::HandOutCache>,
 }
 
 /// The tables that every run, upload, heartbeat and planning pass rewrites or adds
@@ -662,6 +664,7 @@ impl Archive {
             seen: None,
             self_vacuum,
             scheduled_since_analyze: (backend == Backend::Postgres).then(Default::default),
+            handouts: Arc::new(handouts::HandOutCache::new(handouts::HANDOUT_CACHE_BYTES)),
         };
         // The writers' handles have no senders, so they end with the last of the others.
         let (sender, jobs) = mpsc::channel(GROUP_COMMIT_QUEUE);

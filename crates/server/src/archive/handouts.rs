@@ -22,18 +22,22 @@ use vantage_scheduler::current_run_id;
 
 use super::*;
 
+mod cache;
+
+pub(super) use cache::{HandOutCache, HANDOUT_CACHE_BYTES};
+
 /// A hand-out's runs as stored in `light_handouts.runs`. Its text fields borrow from
 /// the text it is read from (or, written, from the runs it is made of): an upload's
 /// check reads the hand-outs around it, a thousand runs each, for the few it carries,
-/// and a string copied for every run read was most of what reading them cost.
+/// and a string copied for every run read was most of what reading them cost. Its runs
+/// may be left as text (`Run` = `&RawValue`), to be decoded only when asked for.
 #[derive(Serialize, Deserialize)]
-struct Document<'a> {
+struct Document<'a, Run = HandedRun<'a>> {
     #[serde(borrow)]
     tasks: Vec<TaskPart<'a>>,
     #[serde(borrow)]
     resources: Vec<Cow<'a, str>>,
-    #[serde(borrow)]
-    runs: Vec<HandedRun<'a>>,
+    runs: Vec<Run>,
 }
 
 /// What every run of one task shares.
@@ -128,14 +132,28 @@ fn encode(runs: &[RunRecord]) -> String {
     })
 }
 
-fn decode_document(text: &str) -> Result<Document<'_>, ArchiveError> {
+/// A hand-out document, or part of one, decoded from `text`.
+fn decode_json<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, ArchiveError> {
     serde_json::from_str(text).map_err(|source| ArchiveError::Json {
         what: "light hand-out",
         source,
     })
 }
 
-impl Document<'_> {
+impl TaskPart<'_> {
+    fn into_owned(self) -> TaskPart<'static> {
+        TaskPart {
+            task: Cow::Owned(self.task.into_owned()),
+            test: Cow::Owned(self.test.into_owned()),
+            test_name: Cow::Owned(self.test_name.into_owned()),
+            spec: self.spec,
+            priority: self.priority,
+            reverse: self.reverse,
+        }
+    }
+}
+
+impl<Run> Document<'_, Run> {
     /// Its run `run` of `client`, as handed out (dispatched).
     fn run(&self, client: &str, run: &HandedRun) -> Result<RunRecord, ArchiveError> {
         let corrupt = |what: &str| ArchiveError::CorruptHandOut {
@@ -240,7 +258,7 @@ fn runs_of_rows(
 ) -> Result<Vec<RunRecord>, ArchiveError> {
     let mut runs = Vec::new();
     for (client, text) in texts_of_rows(rows) {
-        let document = decode_document(&text)?;
+        let document: Document = decode_json(&text)?;
         for run in &document.runs {
             if keep(&run.1, run.5, run.6) {
                 runs.push(document.run(&client, run)?);
@@ -255,7 +273,7 @@ fn runs_of_rows(
 fn ids_of_rows(rows: &[AnyRow]) -> Result<HashSet<String>, ArchiveError> {
     let mut ids = HashSet::new();
     for (_, text) in texts_of_rows(rows) {
-        let document = decode_document(&text)?;
+        let document: Document = decode_json(&text)?;
         ids.extend(
             document
                 .runs
@@ -360,8 +378,10 @@ impl Archive {
         (earliest_us, latest_us): (Option<i64>, Option<i64>),
     ) -> Result<Vec<RunRecord>, ArchiveError> {
         const DOING: &str = "reading handed-out runs";
+        // Which hand-outs, without their text: those this archive holds indexed are
+        // not read again (see [`cache`]).
         let near = sqlx::query(
-            "SELECT client, runs FROM light_handouts WHERE client = $1 \
+            "SELECT from_us, first_start_us, reach_us FROM light_handouts WHERE client = $1 \
              AND reach_us >= $2 AND first_start_us <= $3",
         )
         .bind(agent)
@@ -370,8 +390,34 @@ impl Archive {
         .fetch_all(&self.pool)
         .await
         .map_err(sql(DOING))?;
-        let wanted_here = |id: &str, _, _| wanted.contains(id);
-        let runs = runs_of_rows(&near, wanted_here)?;
+        let mut runs = Vec::new();
+        for row in &near {
+            let key = (
+                agent.to_string(),
+                row.get("from_us"),
+                row.get("first_start_us"),
+                row.get("reach_us"),
+            );
+            let handout = match self.handouts.get(&key) {
+                Some(handout) => handout,
+                None => {
+                    let Some(text) = sqlx::query_scalar::<_, String>(
+                        "SELECT runs FROM light_handouts WHERE client = $1 AND from_us = $2",
+                    )
+                    .bind(agent)
+                    .bind(key.1)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(sql(DOING))?
+                    else {
+                        // Deleted since (retention); what it held is looked for below.
+                        continue;
+                    };
+                    self.handouts.insert(key, text)?
+                }
+            };
+            runs.extend(self.handouts.runs_named(&handout, agent, wanted)?);
+        }
         if runs.len() == wanted.len() {
             return Ok(runs);
         }
@@ -383,7 +429,6 @@ impl Archive {
         .fetch_all(&self.pool)
         .await
         .map_err(sql(DOING))?;
-        let mut runs = runs;
         let found: HashSet<String> = runs.iter().map(|run| run.id.clone()).collect();
         runs.extend(runs_of_rows(&unswept, |id, _, _| {
             wanted.contains(id) && !found.contains(id)
@@ -589,7 +634,7 @@ impl Archive {
         let texts = texts_of_rows(&rows);
         let documents = texts
             .iter()
-            .map(|(client, text)| Ok((client.as_str(), decode_document(text)?)))
+            .map(|(client, text)| Ok((client.as_str(), decode_json::<Document>(text)?)))
             .collect::<Result<Vec<_>, ArchiveError>>()?;
         // Judged by id on the compact form; a record is made only of the few runs found
         // with neither a row nor a result (made of all 64 000, it was a tenth of a
@@ -660,7 +705,7 @@ mod tests {
     use super::*;
 
     fn decode_runs(client: &str, text: &str) -> Result<Vec<RunRecord>, ArchiveError> {
-        let document = decode_document(text)?;
+        let document: Document = decode_json(text)?;
         document
             .runs
             .iter()
@@ -716,11 +761,56 @@ mod tests {
         assert_eq!(text.matches("100ms").count(), 2);
         assert_eq!(text.matches("agent:a").count(), 1);
         // Read without copying a run's names out of the text.
-        let document = decode_document(&text).unwrap();
+        let document: Document = decode_json(&text).unwrap();
         assert!(document
             .runs
             .iter()
             .all(|run| matches!((&run.1, &run.2), (Cow::Borrowed(_), Cow::Borrowed(_)))));
+    }
+
+    #[test]
+    fn a_kept_hand_out_finds_the_runs_named_as_decoding_it_whole_does() {
+        let runs: Vec<RunRecord> = (0..300)
+            .map(|k| light_run(&format!("latency-mesh/{k}/a>b{}", k % 7), "b", k * 10))
+            .collect();
+        let text = encode(&runs);
+        let cache = HandOutCache::new(1 << 20);
+        let key = ("a".to_string(), 0, 0, 2_990);
+        let kept = cache.insert(key.clone(), text.clone()).unwrap();
+        let wanted = HashSet::from([
+            "latency-mesh/0/a>b0",
+            "latency-mesh/151/a>b4",
+            "latency-mesh/299/a>b5",
+            "latency-mesh/300/a>b6",
+        ]);
+        let mut found = cache.runs_named(&kept, "a", &wanted).unwrap();
+        found.sort_by(|x, y| x.id.cmp(&y.id));
+        let mut expected: Vec<RunRecord> = decode_runs("a", &text)
+            .unwrap()
+            .into_iter()
+            .filter(|run| wanted.contains(run.id.as_str()))
+            .collect();
+        expected.sort_by(|x, y| x.id.cmp(&y.id));
+        assert_eq!(expected.len(), 3);
+        assert_eq!(found, expected);
+        assert!(cache.get(&key).is_some());
+        // Another hand-out of the same window and another span is another entry.
+        assert!(cache.get(&("a".to_string(), 0, 0, 3_000)).is_none());
+    }
+
+    #[test]
+    fn hand_outs_kept_beyond_the_capacity_drop_the_least_recently_used() {
+        let text = encode(&[light_run("latency-mesh/1/a>b", "b", 10)]);
+        let cache = HandOutCache::new(text.len() * 2);
+        let key = |from_us: i64| ("a".to_string(), from_us, 10, 1_000_010);
+        cache.insert(key(1), text.clone()).unwrap();
+        cache.insert(key(2), text.clone()).unwrap();
+        assert!(cache.get(&key(1)).is_some());
+        cache.insert(key(3), text.clone()).unwrap();
+        assert!(cache.get(&key(1)).is_some(), "used last but one");
+        assert!(cache.get(&key(2)).is_none(), "least recently used");
+        assert!(cache.get(&key(3)).is_some());
+        assert!(cache.insert(key(4), "{".into()).is_err());
     }
 
     #[test]
