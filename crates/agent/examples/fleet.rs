@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use vantage_agent::client::{CallError, ServerClient};
-use vantage_agent::{AgentOptions, FETCH_WAIT, UPLOAD_BATCH, UPLOAD_ROUND_S};
+use vantage_agent::{upload_round, AgentOptions, FETCH_WAIT, UPLOAD_BATCH};
 use vantage_model::control::{
     AgentRegistration, AssignedRun, BatchItemAck, ResultUpload, RunOutcome,
 };
@@ -91,6 +91,10 @@ struct Window {
     /// Runs that reached their agent after their planned start.
     late_dispatches: u64,
     upload_ms: Vec<f64>,
+    /// Results per upload request.
+    upload_results: Vec<f64>,
+    /// Uploads answered with the server's pace (`next_round_ms`).
+    paced_uploads: u64,
     /// From a run's planned end to the server's acknowledgement of its result.
     result_lag_s: Vec<f64>,
     first_error: Option<String>,
@@ -258,6 +262,8 @@ async fn uploads(
     due: Arc<Mutex<BinaryHeap<Reverse<Due>>>>,
 ) {
     let mut ready: Vec<Pending> = Vec::new();
+    // The server's pace from its last answer, as the agent keeps it.
+    let mut next_round_ms = None;
     loop {
         let round_began = tokio::time::Instant::now();
         let now = Utc::now();
@@ -287,9 +293,14 @@ async fn uploads(
             let began = Instant::now();
             match client.upload_batch(&uploads).await {
                 Ok(answer) => {
+                    next_round_ms = answer.next_round_ms;
                     let acknowledged = Instant::now();
                     let elapsed_ms = (acknowledged - began).as_secs_f64() * 1e3;
-                    fleet.record(began, |window| window.upload_ms.push(elapsed_ms));
+                    fleet.record(began, |window| {
+                        window.upload_ms.push(elapsed_ms);
+                        window.upload_results.push(batch.len() as f64);
+                        window.paced_uploads += u64::from(next_round_ms.is_some());
+                    });
                     for (run, ack) in batch.iter().zip(answer.results) {
                         let lag_s = (Utc::now() - run.planned_end).num_milliseconds() as f64 / 1e3;
                         fleet.record(acknowledged, |window| match ack {
@@ -313,7 +324,7 @@ async fn uploads(
                 }
             }
         }
-        tokio::time::sleep_until(round_began + Duration::from_secs(UPLOAD_ROUND_S)).await;
+        tokio::time::sleep_until(round_began + upload_round(next_round_ms)).await;
     }
 }
 
@@ -459,6 +470,9 @@ async fn run(options: Options) -> Result<serde_json::Value, String> {
         "dispatch_lead_s": {"p01": percentile(&mut window.dispatch_lead_s, 0.01),
                             "p50": percentile(&mut window.dispatch_lead_s, 0.5)},
         "upload_ms": quantiles(&mut window.upload_ms),
+        "uploads_per_s": window.upload_ms.len() as f64 / measure_s,
+        "results_per_upload": quantiles(&mut window.upload_results),
+        "paced_uploads": window.paced_uploads,
         "result_lag_s": quantiles(&mut window.result_lag_s),
         "fleet_cpu_share": cpu_s / measure_s,
         "cpu_ms_per_agent_minute": cpu_s * 1e3 / options.agents as f64 / (measure_s / 60.0),

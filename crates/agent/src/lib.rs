@@ -142,6 +142,21 @@ pub const UPLOAD_BATCH: usize = 200;
 /// Least time between the starts of two upload rounds, in seconds.
 pub const UPLOAD_ROUND_S: u64 = 1;
 
+/// The longest upload round a server's pace is followed to: results wait in the spool
+/// meanwhile, and a server asking for more (or a faulty answer) would have them reach
+/// it ever later.
+pub const MAX_UPLOAD_ROUND: Duration = Duration::from_secs(10);
+
+/// The time between the starts of two upload rounds: the server's pace from its last
+/// answer to a batch (`next_round_ms`, sent while its uploads queue), within
+/// [`UPLOAD_ROUND_S`] and [`MAX_UPLOAD_ROUND`].
+pub fn upload_round(next_round_ms: Option<u64>) -> Duration {
+    next_round_ms
+        .map(Duration::from_millis)
+        .unwrap_or_default()
+        .clamp(Duration::from_secs(UPLOAD_ROUND_S), MAX_UPLOAD_ROUND)
+}
+
 /// How long past its planned end a run accepted for execution is remembered, so that a
 /// copy of it in a late answer to a fetch is not run twice. From its end on, its result
 /// is in the spool (or held) until the server has it, and from then on the server hands
@@ -233,6 +248,7 @@ pub async fn run(options: AgentOptions, shutdown: impl Future<Output = ()>) -> a
         tickets,
         trusted_keys: Mutex::new(Vec::new()),
         spooled: Notify::new(),
+        next_round_ms: Mutex::new(None),
         known_runs: Mutex::new(HashMap::new()),
         prober: SharedProber::start()
             .map_err(|error| anyhow::anyhow!("starting the latency prober's thread: {error}"))?,
@@ -270,6 +286,8 @@ struct AgentTasks {
     trusted_keys: Mutex<Vec<String>>,
     /// Signalled when a new result is in the spool.
     spooled: Notify,
+    /// The server's pace from its last answer to a batch (see [`upload_round`]).
+    next_round_ms: Mutex<Option<u64>>,
     /// Runs already accepted for execution, with their planned end (for pruning).
     known_runs: Mutex<HashMap<String, chrono::DateTime<Utc>>>,
     /// Runs the UDP latency runs, all on one thread (a dense mesh has hundreds open).
@@ -358,7 +376,8 @@ impl AgentTasks {
     /// Uploads everything in the spool, deleting each file once acknowledged. Rounds
     /// start at most [`UPLOAD_ROUND_S`] apart: a result after a quiet spell goes at
     /// once, and the results of a dense mesh, which finish every few milliseconds, go
-    /// together rather than one request each.
+    /// together rather than one request each. While the server's uploads queue it asks
+    /// for longer rounds, and so fuller batches (see [`upload_round`]).
     async fn upload_loop(self: Arc<Self>) {
         let mut backoff = Backoff::new();
         loop {
@@ -377,7 +396,8 @@ impl AgentTasks {
                 _ = self.spooled.notified() => {}
                 _ = tokio::time::sleep(pause) => {}
             }
-            tokio::time::sleep_until(round_began + Duration::from_secs(UPLOAD_ROUND_S)).await;
+            let round = upload_round(*self.next_round_ms.lock().expect("pace lock"));
+            tokio::time::sleep_until(round_began + round).await;
         }
     }
 
@@ -422,6 +442,7 @@ impl AgentTasks {
         if uploads.len() > 1 {
             match self.client.upload_batch(uploads).await {
                 Ok(answer) if answer.results.len() == uploads.len() => {
+                    *self.next_round_ms.lock().expect("pace lock") = answer.next_round_ms;
                     return Ok(answer
                         .results
                         .into_iter()
@@ -429,7 +450,7 @@ impl AgentTasks {
                             BatchItemAck::Stored(_) => Delivery::Acknowledged,
                             BatchItemAck::Refused { error, .. } => Delivery::Refused(error),
                         })
-                        .collect())
+                        .collect());
                 }
                 Ok(answer) => anyhow::bail!(
                     "the server answered {} of {} uploads in a batch",
@@ -649,6 +670,19 @@ impl AgentTasks {
 mod tests {
     use chrono::DateTime;
     use vantage_model::control::{ResultUpload, RunOutcome};
+
+    use super::*;
+
+    #[test]
+    fn the_servers_pace_is_followed_within_the_agents_bounds() {
+        assert_eq!(upload_round(None), Duration::from_secs(1));
+        assert_eq!(upload_round(Some(5_000)), Duration::from_secs(5));
+        // Never faster than the agent's own round, never past the longest.
+        assert_eq!(upload_round(Some(0)), Duration::from_secs(1));
+        assert_eq!(upload_round(Some(250)), Duration::from_secs(1));
+        assert_eq!(upload_round(Some(3_600_000)), MAX_UPLOAD_ROUND);
+        assert_eq!(upload_round(Some(u64::MAX)), MAX_UPLOAD_ROUND);
+    }
 
     /// A small result (fixed times, so its size is too) for spool and hold tests.
     pub(crate) fn failed_upload(run_id: &str) -> ResultUpload {

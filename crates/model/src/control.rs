@@ -179,6 +179,12 @@ pub struct ResultAck {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchAck {
     pub results: Vec<BatchItemAck>,
+    /// While the server's uploads queue for its archive: the least time, in
+    /// milliseconds, from the start of this upload round to the agent's next one, so
+    /// that a fleet sends fewer, fuller batches. Absent when uploads do not queue (and
+    /// from servers that never pace): the agent keeps its own round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_round_ms: Option<u64>,
 }
 
 /// How one upload of a batch was answered.

@@ -45,11 +45,31 @@ pub struct IngestPipeline {
 /// How long a backlog measured while every ingest slot was taken is taken as current.
 const BACKLOG_FRESH: Duration = Duration::from_secs(10);
 
+/// The upload round agents are asked to keep while uploads queue (see
+/// [`IngestPipeline::upload_round`]): five times the agent's own second, so a dense
+/// mesh's results come in a fifth as many requests.
+pub const QUEUED_UPLOAD_ROUND: Duration = Duration::from_secs(5);
+
+/// How long batches must keep being stored with every slot taken before agents are
+/// paced: a fleet's agents start their rounds on the same second, and 100 of them
+/// take the 64 slots for a moment every second without falling behind.
+const PACE_AFTER_SATURATED: Duration = Duration::from_secs(5);
+
+/// How long agents keep being asked for [`QUEUED_UPLOAD_ROUND`] after uploads last
+/// queued: fewer, fuller batches are what let the archive keep up, and asking for them
+/// only while every slot is taken would switch a fleet back to one-second rounds, and
+/// into the queue again, as soon as it caught up.
+const PACING_HOLD: Duration = Duration::from_secs(30);
+
 /// How far behind its uploads the pipeline is (see [`IngestPipeline::backlog`]).
 #[derive(Debug, Default)]
 pub struct Backlog {
     /// When it was last measured behind, and by how much.
     behind: Option<(Instant, Duration)>,
+    /// Since when every batch stored found every slot taken.
+    saturated_since: Option<Instant>,
+    /// When a batch was last stored after [`PACE_AFTER_SATURATED`] of them had been.
+    paced_at: Option<Instant>,
 }
 
 impl Backlog {
@@ -58,7 +78,14 @@ impl Backlog {
     pub fn record(&mut self, saturated: bool, lags: &mut [Duration], at: Instant) {
         if !saturated {
             self.behind = None;
-        } else if !lags.is_empty() {
+            self.saturated_since = None;
+            return;
+        }
+        let since = *self.saturated_since.get_or_insert(at);
+        if at.saturating_duration_since(since) >= PACE_AFTER_SATURATED {
+            self.paced_at = Some(at);
+        }
+        if !lags.is_empty() {
             let middle = lags.len() / 2;
             let (_, median, _) = lags.select_nth_unstable(middle);
             self.behind = Some((at, *median));
@@ -72,6 +99,15 @@ impl Backlog {
             Some((at, lag)) if now.saturating_duration_since(at) < BACKLOG_FRESH => lag,
             _ => Duration::ZERO,
         }
+    }
+
+    /// The round agents are asked to keep as of `now`: [`QUEUED_UPLOAD_ROUND`] within
+    /// [`PACING_HOLD`] of a batch stored after [`PACE_AFTER_SATURATED`] of batches
+    /// finding every slot taken, none otherwise.
+    pub fn upload_round(&self, now: Instant) -> Option<Duration> {
+        self.paced_at
+            .filter(|&at| now.saturating_duration_since(at) < PACING_HOLD)
+            .map(|_| QUEUED_UPLOAD_ROUND)
     }
 }
 
@@ -96,6 +132,19 @@ impl IngestPipeline {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .behind(Instant::now())
+    }
+
+    /// The least time between an agent's upload rounds the server asks for in its
+    /// answers to batch uploads: once uploads have queued for the archive for a while
+    /// (and for a while after), [`QUEUED_UPLOAD_ROUND`]. An upload's fixed costs (its request, its reads
+    /// of the runs it names, its place in a group commit) are paid per request however
+    /// few results it carries: a thousand agents each sending a second's results, some
+    /// 25, spent them a thousand times a second.
+    pub fn upload_round(&self) -> Option<Duration> {
+        self.backlog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .upload_round(Instant::now())
     }
 
     /// Waits for one of the [`INGEST_SLOTS`], in arrival order, before an upload's body
@@ -200,6 +249,35 @@ mod tests {
         // A batch that stored nothing keeps the last measure.
         backlog.record(true, &mut [], at);
         assert_eq!(backlog.behind(at), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn agents_are_paced_once_uploads_queue_for_a_while_until_the_hold_passes() {
+        let at = Instant::now();
+        let later = |ms: u64| at + Duration::from_millis(ms);
+        let mut backlog = Backlog::default();
+        // Never saturated: no pace, however long the lags.
+        backlog.record(false, &mut seconds(&[300]), at);
+        assert_eq!(backlog.upload_round(at), None);
+        // Saturated for a moment, then a free slot: a burst, not a queue.
+        backlog.record(true, &mut [], at);
+        backlog.record(true, &mut [], later(4_999));
+        assert_eq!(backlog.upload_round(later(4_999)), None);
+        backlog.record(false, &mut [], later(5_000));
+        backlog.record(true, &mut [], later(6_000));
+        assert_eq!(backlog.upload_round(later(6_000)), None);
+        // Saturated throughout PACE_AFTER_SATURATED, even by batches storing nothing new.
+        backlog.record(true, &mut [], later(11_000));
+        let paced = later(11_000);
+        assert_eq!(backlog.upload_round(paced), Some(QUEUED_UPLOAD_ROUND));
+        // A batch that finds a free slot ends the backlog at once, not the pace.
+        backlog.record(false, &mut seconds(&[1]), later(12_000));
+        assert_eq!(backlog.behind(later(12_000)), Duration::ZERO);
+        assert_eq!(
+            backlog.upload_round(paced + PACING_HOLD - Duration::from_millis(1)),
+            Some(QUEUED_UPLOAD_ROUND)
+        );
+        assert_eq!(backlog.upload_round(paced + PACING_HOLD), None);
     }
 
     #[test]

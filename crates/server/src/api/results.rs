@@ -83,7 +83,13 @@ pub(super) async fn upload_batch(
             },
         })
         .collect();
-    Ok(Json(BatchAck { results }))
+    Ok(Json(BatchAck {
+        results,
+        next_round_ms: state
+            .ingest
+            .upload_round()
+            .map(|round| round.as_millis() as u64),
+    }))
 }
 
 /// A capture analysed elsewhere (`vantage pcap FILE --server`), stored as a completed

@@ -161,3 +161,47 @@ async fn an_upload_beyond_the_ingest_slots_waits_until_one_is_free() {
     assert_eq!(answer.status(), 400);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn agents_whose_uploads_queue_are_asked_for_longer_upload_rounds() {
+    use vantage_model::control::{BatchAck, BatchItemAck};
+    let (server, _db) = start_with(HttpLimits::default()).await;
+    let http = reqwest::Client::new();
+    let upload = || async {
+        let answer = http
+            .post(format!("{}/api/v1/results/batch", server.url()))
+            .bearer_auth(&server.admin_token)
+            .json(&serde_json::json!([{
+                "run_id": "no-such-run", "agent": "a", "outcome": "failed",
+                "actual_start": "2026-12-01T00:00:00Z", "actual_end": "2026-12-01T00:00:01Z",
+                "error": "refused for its run, answered all the same"
+            }]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let ack: BatchAck = answer.json().await.unwrap();
+        assert!(matches!(ack.results[..], [BatchItemAck::Refused { .. }]));
+        ack.next_round_ms
+    };
+    assert_eq!(
+        upload().await,
+        None,
+        "a server with free slots paces nobody"
+    );
+    // Every slot but the upload's own is taken: its batch is stored with uploads
+    // queueing, which a moment's burst of a fleet's rounds does too: no pace yet.
+    let mut held = Vec::new();
+    for _ in 1..vantage_server::ingest::INGEST_SLOTS {
+        held.push(server.state.ingest.admit().await);
+    }
+    assert_eq!(upload().await, None);
+    // Still queueing over 5 s later: now agents are paced.
+    tokio::time::sleep(Duration::from_millis(5_100)).await;
+    let queued_round_ms = vantage_server::ingest::QUEUED_UPLOAD_ROUND.as_millis() as u64;
+    assert_eq!(upload().await, Some(queued_round_ms));
+    // Slots free again: the pace holds for a while rather than ending at once.
+    held.clear();
+    assert_eq!(upload().await, Some(queued_round_ms));
+    server.shutdown().await.unwrap();
+}
