@@ -136,10 +136,10 @@ impl IngestPipeline {
 
     /// The least time between an agent's upload rounds the server asks for in its
     /// answers to batch uploads: once uploads have queued for the archive for a while
-    /// (and for a while after), [`QUEUED_UPLOAD_ROUND`]. An upload's fixed costs (its request, its reads
-    /// of the runs it names, its place in a group commit) are paid per request however
-    /// few results it carries: a thousand agents each sending a second's results, some
-    /// 25, spent them a thousand times a second.
+    /// (and for a while after), [`QUEUED_UPLOAD_ROUND`]. An upload's fixed costs (its
+    /// request, its reads of the runs it names, its place in a group commit) are paid
+    /// per request however few results it carries: a thousand agents each sending a
+    /// second's results, some 25, spent them a thousand times a second.
     pub fn upload_round(&self) -> Option<Duration> {
         self.backlog
             .lock()
